@@ -1,0 +1,174 @@
+"""tokenize_contiguous / tokenize_padded through DatasetWriter."""
+
+import os
+
+import pytest
+
+from theseus.data import sources
+from theseus.data.store import DatasetWriter, list_datasets, open_dataset
+from theseus.data.tokenize import tokenize_contiguous, tokenize_padded
+from theseus.data.tokenizer import get_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return get_tokenizer()
+
+
+def docs(n):
+    return [f"document number {i} says {'hello ' * (i % 5)}world." for i in range(n)]
+
+
+def split_docs(tokens, eot):
+    """Token stream -> list of documents' token lists (eot-terminated)."""
+    out, cur = [], []
+    for t in tokens.tolist():
+        if t == eot:
+            out.append(cur)
+            cur = []
+        else:
+            cur.append(t)
+    assert cur == []
+    return out
+
+
+def test_contiguous_roundtrip(tmp_path, tok):
+    corpus = docs(300)
+    s = tokenize_contiguous(corpus, tok, DatasetWriter(tmp_path, "d", "contiguous"), val_pct=0.2, seed=1)
+    ds = open_dataset(tmp_path, "d")
+    assert ds.meta["tokenizer"] == tok.describe() and ds.meta["summary"]["samples"] == 300
+    train = [tok.decode(d) for d in split_docs(ds.tokens("train"), tok.eot)]
+    val = [tok.decode(d) for d in split_docs(ds.tokens("val"), tok.eot)]
+    assert sorted(train + val) == sorted(corpus)
+    assert 30 < len(val) < 90  # ~20% of 300
+    assert [d for d in corpus if d in set(val)] == val  # order kept within each split
+    assert s["samples"] == 300 and s["train_tokens"] == len(ds.tokens("train"))
+    assert s["val_tokens"] == len(ds.tokens("val")) and s["content_hash"] == ds.meta["content_hash"]
+
+
+def test_contiguous_independent_of_batching_and_threads(tmp_path, tok):
+    corpus = docs(120)
+    hashes = set()
+    for i, (batch_docs, threads) in enumerate([(1, 1), (7, 2), (256, 2), (50, 1)]):
+        s = tokenize_contiguous(iter(corpus), tok, DatasetWriter(tmp_path, f"d{i}", "contiguous"),
+                                val_pct=0.3, seed=5, batch_docs=batch_docs, num_threads=threads)
+        hashes.add(s["content_hash"])
+    assert len(hashes) == 1
+    other = tokenize_contiguous(corpus, tok, DatasetWriter(tmp_path, "seed6", "contiguous"), val_pct=0.3, seed=6)
+    assert other["content_hash"] not in hashes
+
+
+def test_limits_are_exact_and_batch_independent(tmp_path, tok):
+    corpus = docs(500)
+    s = tokenize_contiguous(corpus, tok, DatasetWriter(tmp_path, "ms", "contiguous"), max_samples=123)
+    assert s["samples"] == 123
+    results = []
+    for i, batch_docs in enumerate([3, 64, 1000]):
+        s = tokenize_contiguous(corpus, tok, DatasetWriter(tmp_path, f"mt{i}", "contiguous"), val_pct=0.1,
+                                max_tokens=1001, batch_docs=batch_docs)
+        assert s["train_tokens"] == 1001 == len(open_dataset(tmp_path, f"mt{i}").tokens("train"))
+        results.append((s["samples"], s["val_tokens"], s["content_hash"]))
+    assert len(set(results)) == 1 and results[0][0] < 500
+    with pytest.raises(ValueError, match="max_tokens must be -1"):
+        tokenize_contiguous(corpus, tok, DatasetWriter(tmp_path, "zero", "contiguous"), max_tokens=0)
+
+
+def test_progress_every_1000_and_at_end(tmp_path, tok):
+    calls = []
+    s = tokenize_contiguous(docs(2500), tok, DatasetWriter(tmp_path, "p", "contiguous"), batch_docs=300,
+                            on_progress=lambda *a: calls.append(a))
+    assert [c[0] for c in calls] == [1000, 2000, 2500]
+    assert calls[-1] == (2500, s["train_tokens"], s["val_tokens"])
+    assert all(a[1] <= b[1] and a[2] <= b[2] for a, b in zip(calls, calls[1:]))
+    # the counts at 1000 are those of the first 1000 documents, whatever the batching
+    first = tokenize_contiguous(docs(1000), tok, DatasetWriter(tmp_path, "p1000", "contiguous"))
+    assert calls[0] == (1000, first["train_tokens"], first["val_tokens"])
+    calls.clear()
+    tokenize_contiguous(docs(2000), tok, DatasetWriter(tmp_path, "p2", "contiguous"), on_progress=lambda *a: calls.append(a))
+    assert [c[0] for c in calls] == [1000, 2000]
+
+
+def test_empty_corpus(tmp_path, tok):
+    for i, corpus in enumerate([[], ["", ""]]):
+        with pytest.raises(ValueError, match="corpus is empty"):
+            tokenize_contiguous(corpus, tok, DatasetWriter(tmp_path, f"e{i}", "contiguous"))
+    with pytest.raises(ValueError, match="corpus is empty"):
+        tokenize_padded([], tok, DatasetWriter(tmp_path, "ep", "padded"), block_size=8)
+    assert list_datasets(tmp_path) == [] and os.listdir(tmp_path / "data") == []
+
+
+def test_failing_source_publishes_nothing(tmp_path, tok):
+    def broken():
+        yield from docs(600)
+        raise OSError("connection reset")
+
+    with pytest.raises(OSError, match="connection reset"):
+        tokenize_contiguous(broken(), tok, DatasetWriter(tmp_path, "b", "contiguous"), batch_docs=100)
+    assert os.listdir(tmp_path / "data") == []
+
+
+def test_wrong_writer_kind(tmp_path, tok):
+    with pytest.raises(ValueError, match="needs a 'contiguous' DatasetWriter"):
+        tokenize_contiguous(docs(3), tok, DatasetWriter(tmp_path, "x", "padded"))
+    with pytest.raises(ValueError, match="needs a 'padded' DatasetWriter"):
+        tokenize_padded([("a", "b")], tok, DatasetWriter(tmp_path, "y", "contiguous"), block_size=8)
+
+
+def test_padded_rows_and_masks(tmp_path, tok):
+    pairs = list(sources.addition(200, seed=0, max_digits=3)) + [("a long prompt " * 10, "and answer")]
+    s = tokenize_padded(pairs, tok, DatasetWriter(tmp_path, "add", "padded"), block_size=12, val_pct=0.0)
+    ds = open_dataset(tmp_path, "add")
+    assert s["samples"] == 201 and s["truncated"] == 1 and s["train_rows"] == 201 and s["val_rows"] == 0
+    rows, masks = ds.tokens("train"), ds.mask("train")
+    assert rows.shape == masks.shape == (201, 12) and masks.dtype == bool and ds.block_size == 12
+    for (prompt, answer), row, mask in zip(pairs[:200], rows.tolist(), masks.tolist()):
+        p, r = tok.encode(prompt), tok.encode(answer)
+        n = len(p) + len(r) + 1
+        assert row == p + r + [tok.eot] * (12 - len(p) - len(r))  # eot, then eot padding
+        assert mask == [False] * len(p) + [True] * (len(r) + 1) + [False] * (12 - n)
+    p = tok.encode(pairs[-1][0])
+    assert rows[-1].tolist() == p[:12] and not masks[-1].any()  # truncated inside the prompt
+    assert s["train_tokens"] == sum(min(12, len(tok.encode(a)) + len(tok.encode(b)) + 1) for a, b in pairs)
+
+
+def test_padded_val_split_and_limits(tmp_path, tok):
+    pairs = list(sources.addition(1500, seed=1, max_digits=2))
+    calls = []
+    s = tokenize_padded(pairs, tok, DatasetWriter(tmp_path, "v", "padded"), block_size=8, val_pct=0.2, seed=3,
+                        on_progress=lambda *a: calls.append(a))
+    assert 200 < s["val_rows"] < 400 and s["train_rows"] + s["val_rows"] == 1500
+    assert [c[0] for c in calls] == [1000, 1500] and calls[-1] == (1500, s["train_tokens"], s["val_tokens"])
+    again = tokenize_padded(pairs, tok, DatasetWriter(tmp_path, "v2", "padded"), block_size=8, val_pct=0.2, seed=3,
+                            batch_pairs=17, num_threads=1)
+    assert again["content_hash"] == s["content_hash"]
+    small = tokenize_padded(pairs, tok, DatasetWriter(tmp_path, "v3", "padded"), block_size=8, max_samples=10)
+    assert small["samples"] == 10
+    with pytest.raises(ValueError, match="block_size must be >= 2"):
+        tokenize_padded(pairs, tok, DatasetWriter(tmp_path, "v4", "padded"), block_size=1)
+
+
+def test_pydoc_end_to_end(tmp_path, tok):
+    s = tokenize_contiguous(sources.pydoc_corpus(), tok, DatasetWriter(tmp_path, "pydoc", "contiguous"),
+                            max_samples=10, val_pct=0.0)
+    assert s["samples"] == 10 and s["val_tokens"] == 0 and s["train_tokens"] > 1000
+
+
+class ListOnly:
+    """A tokenizer with only encode_batch (like the huggingface backend): the generic path."""
+
+    def __init__(self, tok):
+        self.tok, self.eot = tok, tok.eot
+
+    def encode_batch(self, texts, num_threads=2):
+        return self.tok.encode_batch(texts, num_threads=num_threads)
+
+    def describe(self):
+        return self.tok.describe()
+
+
+def test_fast_and_generic_paths_agree(tmp_path, tok):
+    corpus = docs(50) + ["special <|endoftext|> as text", "lone surrogate \ud800 here", "é ü 漢字 🙂"]
+    assert [a.tolist() for a in tok.encode_arrays(corpus)] == tok.encode_batch(corpus)
+    fast = tokenize_contiguous(corpus, tok, DatasetWriter(tmp_path, "fast", "contiguous"), val_pct=0.2)
+    slow = tokenize_contiguous(corpus, ListOnly(tok), DatasetWriter(tmp_path, "slow", "contiguous"), val_pct=0.2)
+    assert fast["content_hash"] == slow["content_hash"]

@@ -1,0 +1,21 @@
+"""Data: tokenizers, raw text sources, tokenization into datasets, and the deterministic loader.
+
+No JAX here: the trainer turns the NumPy batches into device arrays.
+"""
+
+from theseus.data.loader import Loader
+from theseus.data.store import Dataset, DatasetNotFound, DatasetWriter, list_datasets, open_dataset
+from theseus.data.tokenize import tokenize_contiguous, tokenize_padded
+from theseus.data.tokenizer import get_tokenizer
+
+__all__ = [
+    "Dataset",
+    "DatasetNotFound",
+    "DatasetWriter",
+    "Loader",
+    "get_tokenizer",
+    "list_datasets",
+    "open_dataset",
+    "tokenize_contiguous",
+    "tokenize_padded",
+]

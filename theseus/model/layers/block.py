@@ -1,0 +1,42 @@
+"""A pre-LayerNorm transformer block: x + attn(ln_1(x)), then x + mlp(ln_2(x)).
+
+>>> import jax, jax.numpy as jnp
+>>> from theseus.model.config import GPTConfig
+>>> cfg = GPTConfig(n_embd=32, n_head=4, n_layers=2)
+>>> params = Block(cfg).init(jax.random.PRNGKey(0), jnp.ones((1, 3, 32)))["params"]
+>>> sorted(params)
+['attn', 'ln_1', 'ln_2', 'mlp']
+"""
+
+import flax.linen as nn
+import jax
+
+from theseus.model.config import GPTConfig
+from theseus.model.layers.attention import CausalSelfAttention
+from theseus.model.layers.dense import layer_norm
+from theseus.model.layers.mlp import MLP
+
+
+class Block(nn.Module):
+    """Submodules `ln_1`, `attn` (CausalSelfAttention), `ln_2`, `mlp` (MLP), built in setup().
+
+    >>> import jax, jax.numpy as jnp
+    >>> from theseus.model.config import GPTConfig
+    >>> cfg = GPTConfig(n_embd=32, n_head=4, n_layers=2)
+    >>> out, _ = Block(cfg).init_with_output(jax.random.PRNGKey(0), jnp.ones((1, 3, 32)))
+    >>> out.shape
+    (1, 3, 32)
+    """
+
+    config: GPTConfig
+
+    def setup(self):
+        self.ln_1 = layer_norm(self.config)
+        self.attn = CausalSelfAttention(self.config)
+        self.ln_2 = layer_norm(self.config)
+        self.mlp = MLP(self.config)
+
+    def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
+        x = x + self.attn(self.ln_1(x), deterministic=deterministic)
+        x = x + self.mlp(self.ln_2(x), deterministic=deterministic)
+        return x

@@ -1,0 +1,618 @@
+"""Save and restore a pytree of jax.Arrays as TensorStore zarr3 arrays of the global shape.
+
+Layout of a checkpoint folder (a local path or ``gs://bucket/prefix``)::
+
+    <folder>/
+      checkpoint/<leaf path>/zarr.json        one zarr3 array per leaf, global shape and dtype
+      checkpoint/<leaf path>/c/<i>/<j>        one chunk per shard (chunk shape = shard shape)
+      checkpoint/process-<k>.json             files written by process k, with sizes and sha256
+      checkpoint/index.json                   leaf paths, shapes, dtypes, tree structure (JSON)
+      config.yaml, job.json, ...              sidecars passed to save()
+      MANIFEST.json                           written last: every file above, size + sha256
+
+Leaves are named by their key path: ``params/blocks_0/mlp/c_fc/kernel``,
+``opt_state/0/mu/wte/embedding``, ``step``. Each process writes the shards it
+owns (``replica_id == 0``); process 0 writes the metadata, the index, the sidecars
+and, after every process has finished, the manifest. A folder without
+MANIFEST.json is an interrupted save and :func:`restore` refuses it.
+
+Restoring reads, for every leaf, exactly the slices the *target* sharding puts on
+this process's devices, so a checkpoint saved on 8 devices with FSDP restores
+onto 1 device or onto a tensor-parallel mesh.
+
+Chunks are stored uncompressed (zarr3 ``bytes`` codec, little endian), so a
+chunk file holds exactly the shard's bytes in C order; the manifest's checksums
+of chunk files are computed from the host copy of each shard while TensorStore
+writes it, and ``restore(verify=True)`` re-hashes the files themselves.
+
+GCS: arrays go through TensorStore's ``gcs`` driver (set ``TENSORSTORE_GCS_HTTP_URL``
+before the first GCS access to use an emulator); JSON files through fsspec/gcsfs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+import tensorstore as ts
+from jax.experimental import multihost_utils
+
+from theseus.train import manifest as mf
+from theseus.train.sharding import key_path_names
+
+CHECKPOINT = "checkpoint"
+INDEX = "index.json"
+FORMAT = "theseus.checkpoint/1"
+_RESERVED = re.compile(r"index\.json|process-\d+\.json")  # top-level files of checkpoint/
+
+
+# ---------------------------------------------------------------------------
+# leaves and their names
+
+
+def _key_json(key: Any) -> list:
+    """One key of a key path as JSON: ["dict", k], ["attr", name], ["index", i] or ["flat", i]."""
+    if isinstance(key, jax.tree_util.DictKey):
+        k = key.key
+        return ["dict", k if isinstance(k, (str, int)) else str(k)]
+    if isinstance(key, jax.tree_util.GetAttrKey):
+        return ["attr", key.name]
+    if isinstance(key, jax.tree_util.SequenceKey):
+        return ["index", key.idx]
+    if isinstance(key, jax.tree_util.FlattenedIndexKey):
+        return ["flat", key.key]
+    return ["other", str(key)]
+
+
+def _flatten(tree: Any) -> tuple[list[tuple[str, Any, list]], Any]:
+    """[(leaf path, leaf, key path as JSON)], treedef; errors on names that cannot be folders."""
+    flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    out, seen = [], set()
+    for path, leaf in flat:
+        parts = key_path_names(path)
+        name = "/".join(parts)
+        if not parts or any(p in ("", ".", "..") or "/" in p or "\\" in p for p in parts):
+            raise ValueError(f"leaf {jax.tree_util.keystr(path)} has a name that cannot be a folder: {parts!r}")
+        if name in seen or _RESERVED.fullmatch(name):
+            raise ValueError(f"leaf name {name!r} is used twice or reserved")
+        seen.add(name)
+        out.append((name, leaf, [_key_json(k) for k in path]))
+    return out, treedef
+
+
+def leaf_paths(tree: Any) -> list[str]:
+    """The checkpoint name of every leaf of ``tree``, in flatten order.
+
+    >>> import jax.numpy as jnp
+    >>> leaf_paths({"params": {"wte": {"embedding": jnp.zeros(2)}}, "step": jnp.int32(0)})
+    ['params/wte/embedding', 'step']
+    """
+    return [name for name, _, _ in _flatten(tree)[0]]
+
+
+# ---------------------------------------------------------------------------
+# TensorStore specs
+
+
+def _kvstore(folder: str, name: str) -> dict:
+    """TensorStore kvstore spec of the array folder of leaf ``name``."""
+    rel = f"{CHECKPOINT}/{name}/"
+    if mf.is_local(folder):
+        return {"driver": "file", "path": f"{mf.local_path(folder)}/{rel}"}
+    if folder.startswith("gs://"):
+        bucket, _, prefix = folder[len("gs://"):].partition("/")
+        prefix = prefix.strip("/")
+        return {"driver": "gcs", "bucket": bucket, "path": f"{prefix}/{rel}" if prefix else rel}
+    raise ValueError(f"unsupported checkpoint location {folder!r}: use a local path, file:// or gs://")
+
+
+def _zarr_spec(folder: str, name: str, shape: tuple, dtype: np.dtype, chunk: tuple) -> dict:
+    return {
+        "driver": "zarr3",
+        "kvstore": _kvstore(folder, name),
+        "metadata": {
+            "shape": list(shape),
+            "data_type": np.dtype(dtype).name,
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunk)}},
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+            "fill_value": False if np.dtype(dtype) == np.bool_ else 0,
+        },
+        # write every chunk, even all-zero ones (Adam moments at init), so the
+        # manifest lists every chunk and a deleted chunk file is noticed
+        "store_data_equal_to_fill_value": True,
+    }
+
+
+def _chunk_file(name: str, start: tuple[int, ...], chunk: tuple[int, ...]) -> str:
+    """Relative path of the chunk that starts at ``start`` (zarr3 default key encoding)."""
+    coords = [str(s // c) for s, c in zip(start, chunk, strict=True)]
+    return "/".join([CHECKPOINT, name, "c", *coords])
+
+
+def _bounds(index: tuple, shape: tuple) -> tuple[tuple[int, int], ...]:
+    """A tuple of slices as ((start, stop), ...), for use as a dict key."""
+    if len(index) != len(shape):
+        raise ValueError(f"index {index} does not match shape {shape}")
+    return tuple(s.indices(d)[:2] for s, d in zip(index, shape, strict=True))
+
+
+# ---------------------------------------------------------------------------
+# saving
+
+
+@dataclasses.dataclass
+class _LeafPlan:
+    """What this process writes for one leaf."""
+
+    name: str
+    keys: list
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    chunk: tuple[int, ...]
+    shards: list[tuple[tuple[tuple[int, int], ...], np.ndarray]]  # (bounds, host copy)
+
+    def index_entry(self) -> dict:
+        return {
+            "path": self.name,
+            "shape": list(self.shape),
+            "dtype": self.dtype.name,
+            "chunk_shape": list(self.chunk),
+            "keys": self.keys,
+        }
+
+
+def _plan(state: Any, process_index: int) -> tuple[list[_LeafPlan], str]:
+    """Host copies of the shards this process owns, leaf by leaf (blocks on device-to-host copies)."""
+    flat, treedef = _flatten(state)
+    # first start every device-to-host copy, then collect them
+    owned: list[tuple[str, list, Any, list]] = []
+    for name, leaf, keys in flat:
+        if isinstance(leaf, jax.Array):
+            shards = [s for s in leaf.addressable_shards if s.replica_id == 0]
+            for s in shards:
+                s.data.copy_to_host_async()
+            owned.append((name, keys, leaf, shards))
+        else:
+            owned.append((name, keys, np.asarray(leaf), []))
+    plans = []
+    for name, keys, leaf, shards in owned:
+        shape = tuple(leaf.shape)
+        if isinstance(leaf, jax.Array):
+            chunk = tuple(leaf.sharding.shard_shape(leaf.shape))
+            host = []
+            for s in shards:
+                data = np.array(s.data, copy=True)  # never a view of a buffer that may be donated
+                if data.shape != chunk:
+                    raise ValueError(f"{name}: uneven sharding (shard {data.shape} vs {chunk}) is not supported")
+                if data.size:  # an empty array has no chunk to write
+                    host.append((_bounds(s.index, shape), data))
+        else:
+            chunk = shape
+            full = tuple((0, d) for d in shape)
+            host = [(full, np.array(leaf, copy=True))] if process_index == 0 and leaf.size else []
+        chunk = tuple(max(c, 1) for c in chunk)
+        plans.append(_LeafPlan(name, keys, shape, np.dtype(leaf.dtype), chunk, host))
+    return plans, str(treedef)
+
+
+def _shard_entry(plan: _LeafPlan, bounds: tuple, data: np.ndarray) -> mf.FileEntry:
+    """Manifest entry of one chunk file, from the bytes TensorStore writes for it."""
+    if sys.byteorder != "little":
+        raise NotImplementedError("checkpoint checksums assume a little-endian host")
+    raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    start = tuple(b[0] for b in bounds)
+    return mf.FileEntry.of_bytes(_chunk_file(plan.name, start, plan.chunk), raw)
+
+
+def _write_arrays(folder: str, plans: list[_LeafPlan], is_main: bool) -> list[mf.FileEntry]:
+    """Write this process's chunks (process 0 also creates every array); return their entries."""
+    context = ts.Context()
+    todo = [p for p in plans if is_main or p.shards]
+    opening = [
+        ts.open(
+            _zarr_spec(folder, p.name, p.shape, p.dtype, p.chunk),
+            create=is_main,
+            open=not is_main,
+            assume_metadata=not is_main,
+            context=context,
+        )
+        for p in todo
+    ]
+    writes, entries = [], []
+    for plan, future in zip(todo, opening, strict=True):
+        try:
+            store = future.result()
+        except ValueError as e:
+            if "ALREADY_EXISTS" in str(e):
+                raise ValueError(
+                    f"{folder} already holds array {plan.name}: is another save writing this folder?"
+                ) from None
+            raise
+        for bounds, data in plan.shards:
+            region = tuple(slice(a, b) for a, b in bounds)
+            writes.append(store[region].write(data))
+    for plan in todo:  # hash while TensorStore writes
+        entries.extend(_shard_entry(plan, bounds, data) for bounds, data in plan.shards)
+    for w in writes:
+        w.commit.result()
+    if is_main:  # the array metadata TensorStore wrote, hashed as stored
+        metadata = [f"{CHECKPOINT}/{plan.name}/zarr.json" for plan in todo]
+        contents = mf.read_many([mf.join(folder, rel) for rel in metadata])
+        entries.extend(mf.FileEntry.of_bytes(rel, data) for rel, data in zip(metadata, contents, strict=True))
+    return entries
+
+
+def _coordination_client() -> Any:
+    """jax.distributed's coordination-service client, or None (private API, guarded)."""
+    try:
+        from jax._src import distributed
+    except ImportError:
+        return None
+    return getattr(getattr(distributed, "global_state", None), "client", None)
+
+
+def _barrier(tag: str, phase: str, process_count: int, timeout_s: float) -> None:
+    """Wait until every process reaches ``phase`` of the save named ``tag``.
+
+    Uses the coordination service (safe from a background thread: no device
+    collective that could interleave with training steps); falls back to
+    ``sync_global_devices``.
+    """
+    if process_count == 1:
+        return
+    name = f"theseus-checkpoint-{tag}-{phase}"
+    client = _coordination_client()
+    if client is None or not hasattr(client, "wait_at_barrier"):
+        multihost_utils.sync_global_devices(name)
+    else:
+        client.wait_at_barrier(name, int(timeout_s * 1000))
+
+
+def _process_file(k: int) -> str:
+    return f"{CHECKPOINT}/process-{k:05d}.json"
+
+
+def _commit(
+    folder: str,
+    plans: list[_LeafPlan],
+    treedef: str,
+    sidecars: dict[str, bytes],
+    process_index: int,
+    process_count: int,
+    tag: str,
+    timeout_s: float,
+    on_commit: Callable[[str], Any] | None,
+) -> None:
+    """Everything after the device-to-host copy: arrays, index, sidecars, manifest (in that order)."""
+    is_main = process_index == 0
+    entries = _write_arrays(folder, plans, is_main)
+    mine = json.dumps({"files": [dataclasses.asdict(e) for e in entries]}).encode()
+    mf.write_atomic(mf.join(folder, _process_file(process_index)), mine)
+    _barrier(tag, "written", process_count, timeout_s)
+    if is_main:
+        files: list[mf.FileEntry] = []
+        for k in range(process_count):
+            raw = mine if k == process_index else mf.read_bytes(mf.join(folder, _process_file(k)))
+            files.append(mf.FileEntry.of_bytes(_process_file(k), raw))
+            files.extend(mf.FileEntry(**e) for e in json.loads(raw)["files"])
+        index = {"format": FORMAT, "treedef": treedef, "leaves": [p.index_entry() for p in plans]}
+        published = {f"{CHECKPOINT}/{INDEX}": json.dumps(index).encode(), **sidecars}
+        for rel, data in published.items():
+            mf.write_atomic(mf.join(folder, rel), data)
+            files.append(mf.FileEntry.of_bytes(rel, data))
+        mf.write_manifest(folder, files)
+    _barrier(tag, "committed", process_count, timeout_s)
+    if on_commit is not None:
+        on_commit(folder)
+
+
+def _check_sidecars(sidecars: Mapping[str, bytes | str] | None) -> dict[str, bytes]:
+    out = {}
+    for rel, data in (sidecars or {}).items():
+        mf.check_relative(rel)
+        if rel == mf.MANIFEST or rel.split("/")[0] == CHECKPOINT:
+            raise ValueError(f"sidecar name {rel!r} is reserved")
+        out[rel] = data.encode() if isinstance(data, str) else bytes(data)
+    return out
+
+
+class Checkpointer:
+    """Saves train states in the background, one at a time.
+
+    ``save`` copies this process's shards to host memory (so the caller may
+    donate or overwrite the device buffers as soon as it returns), then writes
+    in a background thread and calls ``on_commit(folder)`` once MANIFEST.json is
+    published (on every process, after all of them have finished). The next
+    ``save`` or ``wait`` waits for the previous save and re-raises its error.
+
+    >>> import tempfile, jax.numpy as jnp
+    >>> folder = tempfile.mkdtemp() + "/step-1"
+    >>> with Checkpointer() as ckpt:
+    ...     ckpt.save(folder, {"params": {"w": jnp.ones(4)}, "step": jnp.int32(1)}, {"job.json": b"{}"})
+    >>> is_complete(folder)
+    True
+    """
+
+    def __init__(self, barrier_timeout_s: float = 1800.0):
+        self._barrier_timeout_s = barrier_timeout_s
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._saves = 0  # same sequence on every process: names the barriers of each save
+
+    def save(
+        self,
+        folder: str,
+        state: Any,
+        sidecars: Mapping[str, bytes | str] | None = None,
+        *,
+        on_commit: Callable[[str], Any] | None = None,
+    ) -> None:
+        """Start saving ``state`` (and the ``sidecars`` files, name -> bytes) to ``folder``.
+
+        Raises ValueError if ``folder`` already holds a complete checkpoint; the
+        leftovers of an interrupted save (a folder without MANIFEST.json) are
+        deleted first.
+        """
+        self.wait()
+        folder = folder.rstrip("/")
+        _kvstore(folder, "")  # fail now on a location TensorStore cannot write
+        sidecar_bytes = _check_sidecars(sidecars)
+        if mf.exists(mf.join(folder, mf.MANIFEST)):
+            raise ValueError(f"{folder} already holds a complete checkpoint; checkpoints are never overwritten")
+        process_index, process_count = jax.process_index(), jax.process_count()
+        self._saves += 1
+        tag = f"{self._saves}-{hashlib.sha256(folder.encode()).hexdigest()[:16]}"
+        plans, treedef = _plan(state, process_index)
+        # a folder without a manifest is the garbage of an interrupted save (nothing may
+        # reference it, by the commit order): clear it before anyone writes
+        if process_index == 0:
+            mf.remove_tree(folder)
+        _barrier(tag, "cleared", process_count, self._barrier_timeout_s)
+
+        def run() -> None:
+            try:
+                _commit(
+                    folder, plans, treedef, sidecar_bytes, process_index, process_count,
+                    tag, self._barrier_timeout_s, on_commit,
+                )
+            except BaseException as e:  # re-raised on the caller's thread by wait()
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name=f"theseus-checkpoint:{folder}")
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Block until the pending save (if any) is committed; re-raise its error."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.wait()
+
+
+def save(folder: str, state: Any, sidecars: Mapping[str, bytes | str] | None = None) -> None:
+    """Save ``state`` to ``folder`` and return once the checkpoint is committed.
+
+    >>> import tempfile, jax.numpy as jnp
+    >>> folder = tempfile.mkdtemp() + "/ckpt"
+    >>> save(folder, {"params": {"w": jnp.arange(3.0)}})
+    >>> read_index(folder)["leaves"][0]["path"]
+    'params/w'
+    """
+    with Checkpointer() as ckpt:
+        ckpt.save(folder, state, sidecars)
+
+
+def is_complete(folder: str) -> bool:
+    """Whether ``folder`` holds a committed checkpoint (its MANIFEST.json exists).
+
+    >>> is_complete("/nonexistent")
+    False
+    """
+    return mf.exists(mf.join(folder.rstrip("/"), mf.MANIFEST))
+
+
+# ---------------------------------------------------------------------------
+# restoring
+
+
+def read_index(folder: str) -> dict:
+    """The checkpoint's index: ``{"format", "treedef", "leaves": [{"path", "shape", "dtype", ...}]}``.
+
+    >>> import tempfile, jax.numpy as jnp
+    >>> folder = tempfile.mkdtemp() + "/ckpt"; save(folder, {"w": jnp.zeros((2, 3))})
+    >>> read_index(folder)["leaves"][0]["shape"]
+    [2, 3]
+    """
+    where = mf.join(folder.rstrip("/"), CHECKPOINT, INDEX)
+    try:
+        index = json.loads(mf.read_bytes(where))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"not a checkpoint: no {where}") from None
+    if index.get("format") != FORMAT:
+        raise ValueError(f"{where}: unknown checkpoint format {index.get('format')!r}")
+    return index
+
+
+@dataclasses.dataclass
+class RestoreReport:
+    """What a restore did, leaf by leaf (leaf paths as in :func:`leaf_paths`).
+
+    ``restored``: read from the checkpoint. ``missing``: in the target only, kept
+    the target's value. ``mismatched``: in both with a different shape or dtype,
+    kept the target's value (path -> explanation). ``unused``: in the checkpoint only.
+
+    >>> print(RestoreReport(restored=["step"], missing=["params/new"]))
+    restored 1 leaves; missing from checkpoint (initialised): params/new
+    """
+
+    restored: list[str] = dataclasses.field(default_factory=list)
+    missing: list[str] = dataclasses.field(default_factory=list)
+    mismatched: dict[str, str] = dataclasses.field(default_factory=dict)
+    unused: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def exact(self) -> bool:
+        """True when the checkpoint and the target have the same leaves, shapes and dtypes."""
+        return not (self.missing or self.mismatched or self.unused)
+
+    def __str__(self) -> str:
+        parts = [f"restored {len(self.restored)} leaves"]
+        if self.missing:
+            parts.append("missing from checkpoint (initialised): " + ", ".join(self.missing))
+        if self.mismatched:
+            mismatched = ", ".join(f"{k} [{v}]" for k, v in self.mismatched.items())
+            parts.append(f"shape/dtype mismatch (initialised): {mismatched}")
+        if self.unused:
+            parts.append("in checkpoint but not in target: " + ", ".join(self.unused))
+        return "; ".join(parts)
+
+
+def _describe(shape: Any, dtype: Any) -> str:
+    return f"{tuple(shape)} {np.dtype(dtype).name}"
+
+
+def _target(name: str, leaf: Any, entry: dict | None) -> tuple[tuple | None, np.dtype | None, Any, Any]:
+    """(shape, dtype, sharding, initial value) that the target asks for at ``name``."""
+    if isinstance(leaf, jax.Array):
+        return tuple(leaf.shape), np.dtype(leaf.dtype), leaf.sharding, leaf
+    if isinstance(leaf, jax.ShapeDtypeStruct):
+        sharding = leaf.sharding
+        if sharding is None:
+            if jax.process_count() > 1:
+                raise ValueError(f"target leaf {name} has no sharding (required with several processes)")
+            sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        return tuple(leaf.shape), np.dtype(leaf.dtype), sharding, None
+    if isinstance(leaf, jax.sharding.Sharding):
+        if entry is None:
+            return None, None, leaf, None
+        return tuple(entry["shape"]), np.dtype(entry["dtype"]), leaf, None
+    raise TypeError(f"target leaf {name} is a {type(leaf).__name__}; expected jax.Array, ShapeDtypeStruct or Sharding")
+
+
+def _names(names: list[str], limit: int = 12) -> str:
+    more = f" ... (+{len(names) - limit})" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def restore(
+    folder: str,
+    target: Any,
+    *,
+    partial: bool = False,
+    verify: bool = False,
+) -> tuple[Any, RestoreReport]:
+    """Read the checkpoint in ``folder`` into the structure and shardings of ``target``.
+
+    ``target`` is a pytree whose leaves are ``jax.Array`` (shape, dtype, sharding,
+    and the value kept when ``partial`` and the leaf cannot be restored),
+    ``jax.ShapeDtypeStruct`` (with a sharding; without one, the first local
+    device on a single process) or a ``Sharding`` (shape and dtype from the
+    checkpoint). Each process reads only the slices its devices hold.
+
+    ``verify=True`` checks every file against MANIFEST.json first (ValueError
+    naming the file; every process checks every file). ``partial=False``: any
+    difference in leaves, shapes or dtypes is a ValueError naming the leaves.
+    ``partial=True``: restore what matches, keep the target's value elsewhere.
+    Returns ``(state, report)``.
+    Raises FileNotFoundError("incomplete checkpoint: no MANIFEST.json in ...")
+    for an interrupted save.
+
+    >>> import tempfile, jax, jax.numpy as jnp
+    >>> folder = tempfile.mkdtemp() + "/ckpt"
+    >>> save(folder, {"w": jnp.arange(4.0), "step": jnp.int32(7)})
+    >>> abstract = {"w": jax.ShapeDtypeStruct((4,), jnp.float32), "step": jax.ShapeDtypeStruct((), jnp.int32)}
+    >>> state, report = restore(folder, abstract, verify=True)
+    >>> int(state["step"]), report.exact
+    (7, True)
+    """
+    folder = folder.rstrip("/")
+    listed = mf.read_manifest(folder)
+    if verify:
+        mf.verify(folder, listed)
+    entries = {e["path"]: e for e in read_index(folder)["leaves"]}
+    flat, treedef = _flatten(target)
+
+    report = RestoreReport()
+    wanted: dict[str, tuple[tuple, np.dtype, Any]] = {}
+    values: list[Any] = []
+    for name, leaf, _ in flat:
+        entry = entries.get(name)
+        shape, dtype, sharding, initial = _target(name, leaf, entry)
+        if entry is None:
+            report.missing.append(name)
+        elif (tuple(entry["shape"]), np.dtype(entry["dtype"])) != (shape, dtype):
+            report.mismatched[name] = (
+                f"checkpoint {_describe(entry['shape'], entry['dtype'])} != target {_describe(shape, dtype)}"
+            )
+        else:
+            report.restored.append(name)
+            wanted[name] = (shape, dtype, sharding)
+        if name not in wanted and partial and initial is None:
+            raise ValueError(f"cannot restore {name} from {folder} and the target holds no value for it")
+        values.append(initial)
+    target_names = {name for name, _, _ in flat}
+    report.unused = [name for name in entries if name not in target_names]
+
+    if not partial and not report.exact:
+        problems = []
+        if report.missing:
+            problems.append(f"not in checkpoint: {_names(report.missing)}")
+        if report.mismatched:
+            problems.append("shape/dtype mismatch: " + _names([f"{k} ({v})" for k, v in report.mismatched.items()]))
+        if report.unused:
+            problems.append(f"not in target: {_names(report.unused)}")
+        raise ValueError(
+            f"checkpoint {folder} does not match the target: {'; '.join(problems)} "
+            "(partial=True restores what matches)"
+        )
+
+    arrays = _read_arrays(folder, wanted)
+    out = [arrays.get(name, value) for (name, _, _), value in zip(flat, values, strict=True)]
+    return jax.tree_util.tree_unflatten(treedef, out), report
+
+
+def _read_arrays(folder: str, wanted: dict[str, tuple[tuple, np.dtype, Any]]) -> dict[str, jax.Array]:
+    """Read each leaf's addressable slices (each distinct slice once) and assemble global arrays."""
+    context = ts.Context()
+    opening = {
+        name: ts.open({"driver": "zarr3", "kvstore": _kvstore(folder, name)}, open=True, read=True, context=context)
+        for name in wanted
+    }
+    reads: dict[str, dict[tuple, Any]] = {}
+    for name, (shape, dtype, sharding) in wanted.items():
+        store = opening[name].result()
+        if tuple(store.shape) != shape or store.dtype.numpy_dtype != dtype:
+            raise ValueError(
+                f"{folder}: array {name} is {_describe(store.shape, store.dtype.numpy_dtype)}, "
+                f"index says {_describe(shape, dtype)}"
+            )
+        reads[name] = {}
+        for index in sharding.addressable_devices_indices_map(shape).values():
+            bounds = _bounds(index, shape)
+            if bounds not in reads[name]:
+                reads[name][bounds] = store[tuple(slice(a, b) for a, b in bounds)].read()
+
+    arrays = {}
+    for name, (shape, _, sharding) in wanted.items():
+        pieces = {bounds: future.result() for bounds, future in reads[name].items()}
+        arrays[name] = jax.make_array_from_callback(
+            shape, sharding, lambda index, p=pieces, s=shape: p[_bounds(index, s)]
+        )
+    return arrays

@@ -1,0 +1,243 @@
+"""The pure training and evaluation steps.
+
+State is a plain dict pytree, one named leaf group per thing a checkpoint saves:
+
+    {"params": <GPT params>, "opt_state": <optax state>, "step": int32 scalar}
+
+`step` counts the updates applied so far (the node at seq k holds step == k).
+
+>>> import jax, jax.numpy as jnp
+>>> from theseus.model import GPT, GPTConfig
+>>> from theseus.train.optimizer import make_optimizer, wsd_schedule
+>>> cfg = GPTConfig(n_embd=32, n_head=4, n_layers=2, vocab_size=64, block_size=8)
+>>> model = GPT(cfg)
+>>> opt = make_optimizer(1e-3, 0.1, 0.9, 0.95, 10, 0.0, 0.0, 0.1)
+>>> state = init_state(model, opt, jax.random.PRNGKey(0), cfg.block_size)
+>>> step = jax.jit(make_train_step(model, opt, accum_steps=2,
+...                                schedule=wsd_schedule(1e-3, 10, 0.0, 0.0, 0.1)), donate_argnums=0)
+>>> batch = {"x": jnp.zeros((4, 8), jnp.int32), "y": jnp.zeros((4, 8), jnp.int32),
+...          "padding_mask": jnp.ones((4, 8), bool)}
+>>> state, metrics = step(state, batch, jax.random.PRNGKey(1))
+>>> int(state["step"]), sorted(metrics)
+(1, ['grad_norm', 'loss', 'lr', 'tokens'])
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from theseus.model.gpt import cross_entropy
+
+BATCH_KEYS = ("x", "y", "padding_mask")
+
+
+def init_state(model: nn.Module, optimizer: optax.GradientTransformation, rng, block_size: int) -> dict:
+    """Fresh training state: model params from `rng`, optimizer state, step 0.
+
+    Pure, so it can run under `jax.jit(..., out_shardings=...)` to create sharded
+    state, or `jax.eval_shape` to get its abstract layout without memory.
+
+    >>> import jax, optax
+    >>> from theseus.model import GPT, GPTConfig
+    >>> model = GPT(GPTConfig(n_embd=32, n_head=4, n_layers=2, vocab_size=64, block_size=8))
+    >>> abstract = jax.eval_shape(lambda: init_state(model, optax.sgd(0.1), jax.random.PRNGKey(0), 8))
+    >>> sorted(abstract), abstract["step"].dtype
+    (['opt_state', 'params', 'step'], dtype('int32'))
+    """
+    params = model.init(rng, jnp.zeros((1, block_size), jnp.int32))["params"]
+    return {"params": params, "opt_state": optimizer.init(params), "step": jnp.zeros((), jnp.int32)}
+
+
+def global_norm(tree) -> jax.Array:
+    """sqrt of the sum of squares of every leaf, in float32.
+
+    >>> import jax.numpy as jnp
+    >>> float(global_norm({"a": jnp.array([3.0]), "b": jnp.array([[4.0]])}))
+    5.0
+    """
+    leaves = jax.tree.leaves(tree)
+    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves))
+
+
+def split_micro_batches(batch: dict, accum_steps: int) -> dict:
+    """Arrange a batch as [accum_steps, micro, T] per key.
+
+    A flat [accum_steps * micro, T] array is split with a stride: micro-batch j holds
+    rows j, j + accum_steps, j + 2 * accum_steps, ... so that an array sharded along
+    its batch rows keeps every micro-batch spread over all shards. An array that is
+    already [accum_steps, micro, T] is used as is. The loss and gradient of a step do
+    not depend on how rows are grouped.
+
+    >>> import jax.numpy as jnp
+    >>> b = split_micro_batches({"x": jnp.arange(4)[:, None]}, 2)
+    >>> b["x"][:, :, 0].tolist()
+    [[0, 2], [1, 3]]
+    """
+    if isinstance(accum_steps, bool) or not isinstance(accum_steps, int) or accum_steps <= 0:
+        raise ValueError(f"accum_steps must be a positive int, got {accum_steps!r}")
+    out = {}
+    for key, value in batch.items():
+        value = jnp.asarray(value)
+        if value.ndim == 3:
+            if value.shape[0] != accum_steps:
+                raise ValueError(
+                    f"batch[{key!r}] has shape {value.shape}; a 3-D batch must be [accum_steps={accum_steps}, micro, T]"
+                )
+            out[key] = value
+        elif value.ndim == 2:
+            rows = value.shape[0]
+            if rows % accum_steps != 0:
+                raise ValueError(f"batch[{key!r}] has {rows} rows, not divisible by accum_steps={accum_steps}")
+            out[key] = jnp.swapaxes(value.reshape(rows // accum_steps, accum_steps, *value.shape[1:]), 0, 1)
+        else:
+            raise ValueError(f"batch[{key!r}] must be [rows, T] or [accum_steps, micro, T], got shape {value.shape}")
+    return out
+
+
+def _check_batch(batch: dict) -> None:
+    missing = [k for k in BATCH_KEYS if k not in batch]
+    if missing:
+        raise ValueError(f"batch is missing keys {missing}; expected {list(BATCH_KEYS)}, got {sorted(batch)}")
+
+
+def make_grad_fn(model: nn.Module, accum_steps: int = 1, *, dropout: bool | None = None):
+    """Build `grad_fn(params, batch, rng) -> (loss, grads, tokens)` with gradient accumulation.
+
+    `batch` is split into `accum_steps` micro-batches (`split_micro_batches`) and
+    `jax.lax.scan` runs one forward/backward per micro-batch. Each micro-batch
+    contributes sum(masked token losses) / (mask count of the whole batch), so `loss`
+    (the mean masked token loss) and `grads` (float32 sums, cast to the param dtype)
+    equal those of one big batch. Micro-batch i uses dropout key
+    `jax.random.fold_in(rng, i)`. `dropout=None` means "when model.config.dropout > 0".
+
+    >>> import jax, jax.numpy as jnp
+    >>> from theseus.model import GPT, GPTConfig
+    >>> model = GPT(GPTConfig(n_embd=32, n_head=4, n_layers=2, vocab_size=64, block_size=8))
+    >>> params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))["params"]
+    >>> batch = {"x": jnp.zeros((4, 8), jnp.int32), "y": jnp.zeros((4, 8), jnp.int32),
+    ...          "padding_mask": jnp.ones((4, 8), bool)}
+    >>> loss, grads, tokens = make_grad_fn(model, 2)(params, batch, jax.random.PRNGKey(1))
+    >>> int(tokens)
+    32
+    """
+    if isinstance(accum_steps, bool) or not isinstance(accum_steps, int) or accum_steps <= 0:
+        raise ValueError(f"accum_steps must be a positive int, got {accum_steps!r}")
+    if dropout is None:
+        config = getattr(model, "config", None)
+        dropout = bool(config is not None and getattr(config, "dropout", 0.0) > 0)
+
+    def grad_fn(params, batch, rng):
+        _check_batch(batch)
+        micro = split_micro_batches({k: batch[k] for k in BATCH_KEYS}, accum_steps)
+        mask = micro["padding_mask"].astype(jnp.float32)
+        count = jnp.sum(mask)
+        denom = jnp.maximum(count, 1.0)
+
+        def micro_loss(p, x, y, m, key):
+            rngs = {"dropout": key} if dropout else None
+            logits = model.apply({"params": p}, x, deterministic=not dropout, rngs=rngs)
+            return jnp.sum(cross_entropy(logits, y) * m) / denom
+
+        value_and_grad = jax.value_and_grad(micro_loss)
+
+        def body(carry, inputs):
+            loss_acc, grad_acc = carry
+            i, x, y, m = inputs
+            loss, grads = value_and_grad(params, x, y, m, jax.random.fold_in(rng, i))
+            grad_acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grad_acc, grads)
+            return (loss_acc + loss, grad_acc), None
+
+        zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+        carry = (jnp.zeros((), jnp.float32), zeros)
+        xs = (jnp.arange(accum_steps), micro["x"], micro["y"], mask)
+        if accum_steps == 1:
+            (loss, grads), _ = body(carry, jax.tree.map(lambda a: a[0], xs))
+        else:
+            (loss, grads), _ = jax.lax.scan(body, carry, xs)
+        grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
+        return loss, grads, count.astype(jnp.int32)
+
+    return grad_fn
+
+
+def make_train_step(
+    model: nn.Module,
+    optimizer: optax.GradientTransformation,
+    accum_steps: int = 1,
+    *,
+    schedule=None,
+    dropout: bool | None = None,
+):
+    """Build `train_step(state, batch, rng) -> (state, metrics)`, a pure function to jit.
+
+    - `batch`: dict with `x`, `y` (int token ids) and `padding_mask` (bool, True = token
+      counts), each [accum_steps * micro, T] or [accum_steps, micro, T]
+      (see `split_micro_batches`).
+    - `rng`: the run's base key; step k uses `jax.random.fold_in(rng, k)` (then folded
+      with the micro-batch index) for dropout.
+    - gradients are accumulated over micro-batches with `jax.lax.scan` (`make_grad_fn`);
+      loss and gradient equal those of one big batch.
+    - `metrics`: `loss` (mean masked token loss), `grad_norm` (global norm before
+      clipping), `tokens` (number of masked-in tokens), and `lr` = schedule(step) when a
+      schedule is given (the rate this update used).
+    - `dropout`: run the model with dropout; None means "when model.config.dropout > 0".
+
+    Jit it with the state donated: `jax.jit(train_step, donate_argnums=0)`.
+
+    >>> import jax, jax.numpy as jnp, optax
+    >>> from theseus.model import GPT, GPTConfig
+    >>> model = GPT(GPTConfig(n_embd=32, n_head=4, n_layers=2, vocab_size=64, block_size=8))
+    >>> opt = optax.adamw(1e-3)
+    >>> state = init_state(model, opt, jax.random.PRNGKey(0), 8)
+    >>> batch = {k: jnp.ones((2, 8), jnp.int32) for k in ("x", "y")} | {"padding_mask": jnp.ones((2, 8), bool)}
+    >>> state, m = jax.jit(make_train_step(model, opt))(state, batch, jax.random.PRNGKey(1))
+    >>> float(m["loss"]) > 0
+    True
+    """
+    grad_fn = make_grad_fn(model, accum_steps, dropout=dropout)
+
+    def train_step(state, batch, rng):
+        params = state["params"]
+        loss, grads, tokens = grad_fn(params, batch, jax.random.fold_in(rng, state["step"]))
+        updates, opt_state = optimizer.update(grads, state["opt_state"], params)
+        new_state = {
+            "params": optax.apply_updates(params, updates),
+            "opt_state": opt_state,
+            "step": state["step"] + 1,
+        }
+        metrics = {"loss": loss, "grad_norm": global_norm(grads), "tokens": tokens}
+        if schedule is not None:
+            metrics["lr"] = jnp.asarray(schedule(state["step"]), jnp.float32)
+        return new_state, metrics
+
+    return train_step
+
+
+def make_eval_step(model: nn.Module):
+    """Build `eval_step(params, batch) -> {"loss", "tokens"}`: mean masked loss, no dropout.
+
+    `batch` is like train_step's ([rows, T] or [accum, micro, T], flattened here).
+    `tokens` is the mask count, to weight a mean over several eval batches.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from theseus.model import GPT, GPTConfig
+    >>> model = GPT(GPTConfig(n_embd=32, n_head=4, n_layers=2, vocab_size=64, block_size=8))
+    >>> params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))["params"]
+    >>> batch = {"x": jnp.zeros((2, 8), jnp.int32), "y": jnp.zeros((2, 8), jnp.int32),
+    ...          "padding_mask": jnp.ones((2, 8), bool)}
+    >>> int(jax.jit(make_eval_step(model))(params, batch)["tokens"])
+    16
+    """
+
+    def eval_step(params, batch):
+        _check_batch(batch)
+        x, y, mask = (jnp.asarray(batch[k]) for k in BATCH_KEYS)
+        x, y, mask = (a.reshape(-1, a.shape[-1]) for a in (x, y, mask))
+        mask = mask.astype(jnp.float32)
+        logits = model.apply({"params": params}, x, deterministic=True)
+        count = jnp.sum(mask)
+        loss = jnp.sum(cross_entropy(logits, y) * mask) / jnp.maximum(count, 1.0)
+        return {"loss": loss, "tokens": count.astype(jnp.int32)}
+
+    return eval_step
