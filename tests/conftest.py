@@ -1,0 +1,84 @@
+"""Shared fixtures: temporary roots on local disk and on a GCS emulator (127.0.0.1 only)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory):
+    """A gcp-storage-emulator on a free loopback port for the whole session; yields its URL.
+
+    The environment of this process (and of subprocesses it starts) is pointed
+    at it, so gcsfs and TensorStore talk to it instead of Google.
+    """
+    port = free_port()
+    exe = Path(sys.executable).with_name("gcp-storage-emulator")
+    log = tmp_path_factory.mktemp("gcs") / "emulator.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "-q"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.time() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                raise RuntimeError(f"gcp-storage-emulator did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.1)
+    url = f"http://127.0.0.1:{port}"
+    env = {
+        "STORAGE_EMULATOR_HOST": url,
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+        "TENSORSTORE_GCS_HTTP_URL": url,
+        "GOOGLE_AUTH_TOKEN_FOR_TESTING": "x",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield url
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def gcs_bucket_root(emulator_url: str) -> str:
+    """A fresh bucket on the emulator; returns ``gs://bucket/root``."""
+    import gcsfs
+
+    bucket = f"theseus-{secrets.token_hex(4)}"
+    gcsfs.GCSFileSystem(skip_instance_cache=True).mkdir(bucket)
+    return f"gs://{bucket}/root"
+
+
+@pytest.fixture(params=["local", pytest.param("gcs", marks=pytest.mark.gcs)])
+def root(request, tmp_path):
+    """A fresh, empty root: a local folder, or a bucket prefix on the GCS emulator."""
+    if request.param == "local":
+        return str(tmp_path / "root")
+    return gcs_bucket_root(request.getfixturevalue("gcs_emulator"))

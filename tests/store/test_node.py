@@ -1,0 +1,58 @@
+"""Node identity: ids, names, lineage."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from theseus.store import Node
+from theseus.store.node import decode_id, encode_id
+
+SEED_ID = "Z2VuZXJhbC5kZWZhdWx0LnRyYWluLWdwdDo5NDllODg6MA"
+
+
+def test_seed_id_decodes():
+    node = Node.from_id(SEED_ID)
+    assert node == Node("general.default.train-gpt", "949e88", 0)
+    assert node.id == SEED_ID
+
+
+def test_start_and_next():
+    a = Node.start("train-gpt")
+    assert a.name == "general.default.train-gpt" and a.seq == 0 and a.parent is None
+    assert len(a.nonce) == 6 and int(a.nonce, 16) >= 0
+    b = a.next()
+    assert (b.name, b.nonce, b.seq, b.parent) == (a.name, a.nonce, 1, a.id)
+    assert len({Node.start("train-gpt").nonce for _ in range(50)}) > 45
+
+
+def test_branch_parent():
+    a = Node.start("x").next()
+    b = Node.start("x", parent=a)
+    assert b.parent == a.id and b.seq == 0 and b.name == a.name
+
+
+@pytest.mark.parametrize("bad", ["a/b", "..", "a..b", "a=b", "", "a b", "a.b", "a.b.c.d", ".run", "run/../x"])
+def test_bad_names(bad):
+    with pytest.raises(ValueError):
+        Node.start(bad)
+
+
+@pytest.mark.parametrize("bad", ["", "!!!", "Zm9v", "Z2VuZXJhbC5kZWZhdWx0LnRyYWluLWdwdDo5NDllODg6LTE", SEED_ID + "$"])
+def test_malformed_ids(bad):
+    with pytest.raises(ValueError, match="malformed node id"):
+        Node.from_id(bad)
+
+
+def test_bad_nonce_and_seq():
+    with pytest.raises(ValueError, match="nonce"):
+        Node("a.b.c", "XYZ", 0)
+    with pytest.raises(ValueError, match="seq"):
+        Node("a.b.c", "949e88", -1)
+
+
+names = st.from_regex(r"[a-z0-9][a-z0-9_\-]{0,10}\.[a-z0-9][a-z0-9_\-]{0,10}\.[a-z0-9][a-z0-9_\-]{0,10}", fullmatch=True)
+
+
+@given(names, st.from_regex(r"[0-9a-f]{6}", fullmatch=True), st.integers(0, 10**9))
+def test_id_round_trip(name, nonce, seq):
+    assert decode_id(encode_id(name, nonce, seq)) == (name, nonce, seq)

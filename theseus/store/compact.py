@@ -1,0 +1,77 @@
+"""Compaction: merge a run's small segments into one, crash-safely.
+
+The merged segment is published before the old ones are removed, and it holds
+the very same records (ids, stamps, writers), so a reader that sees old and
+new segments at once folds to the same answer, and a crash at any instant
+leaves a readable log.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import secrets
+import time
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from theseus.store import fs as rootfs
+from theseus.store.schema import KEYS_METADATA, SEGMENT_SCHEMA, merge_types
+from theseus.store.segments import CorruptSegment, partition_of, run_dir, segment_name
+
+if TYPE_CHECKING:
+    from theseus.store.store import Store
+
+
+def compact_run(store: Store, paths: list[str]) -> str | None:
+    """Merge ``paths`` (segments of one run) into one new segment; returns its path.
+
+    Rows are ordered by key then seq, so a scan for a few keys reads little.
+    """
+    if len(paths) < 2:
+        return None
+    tables, keys = [], {}
+    for path in paths:
+        try:
+            with store.fs.open(path, "rb") as f:
+                table = pq.read_table(f)
+        except FileNotFoundError:
+            continue  # retired by a concurrent compaction: its records live in the merged file
+        except Exception as e:
+            raise CorruptSegment(f"cannot compact: corrupt or truncated segment {rootfs.url(store.fs, path)}: {e}") from e
+        for k, t in json.loads(table.schema.metadata[KEYS_METADATA]).items():
+            keys[k] = merge_types(keys[k], t) if k in keys else t
+        tables.append(table.replace_schema_metadata(None).cast(SEGMENT_SCHEMA))
+    if len(tables) < 2:
+        return None
+    merged = pa.concat_tables(tables)
+    merged = merged.take(pc.sort_indices(merged, [("key", "ascending"), ("seq", "ascending"), ("stamp", "ascending")]))
+    merged = merged.replace_schema_metadata({KEYS_METADATA: json.dumps(keys, sort_keys=True).encode()})
+    sink = io.BytesIO()
+    pq.write_table(merged, sink, compression="zstd", row_group_size=1 << 20)
+    name, nonce = partition_of(paths[0])
+    stamp = max(pc.max(t["stamp"]).as_py() or 0 for t in tables)
+    target = f"{run_dir(store.path(), name, nonce)}/{segment_name(stamp, secrets.token_hex(4), 0, prefix='c')}"
+    rootfs.publish(store.fs, target, sink.getvalue())
+    for path in paths:
+        try:
+            store.fs.rm_file(path)
+        except FileNotFoundError:
+            pass
+    store._footers.forget(paths)
+    return target
+
+
+def compact(store: Store, name: str = "*", nonce: str = "*", min_segments: int = 2) -> dict[str, int]:
+    """Compact every run with at least ``min_segments`` segments; returns ``{run dir: merged count}``."""
+    runs: dict[tuple[str, str], list[str]] = {}
+    for path in store._segments(name, nonce):
+        runs.setdefault(partition_of(path), []).append(path)
+    done = {}
+    for (run_name, run_nonce), paths in sorted(runs.items()):
+        if len(paths) >= max(2, min_segments) and compact_run(store, paths):
+            done[f"{run_name}/{run_nonce}"] = len(paths)
+    return done

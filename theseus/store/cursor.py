@@ -1,0 +1,352 @@
+"""The cursor DSL: immutable query builders over the folded log."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from theseus.store import schema
+from theseus.store.node import Node, check_nonce, decode_id, normalize_name
+from theseus.store.reader import NODE_COLUMNS, WRITTEN, find_corrupt, fold, scan
+from theseus.store.segments import CorruptSegment
+
+if TYPE_CHECKING:
+    import pandas
+
+    from theseus.store.store import Store
+
+OPS = ("==", "!=", "<", "<=", ">", ">=", "in")
+_RETRIES = 5
+
+
+class UnknownKey(ValueError):
+    """A query named a key that no run in its scope has logged."""
+
+
+class EmptyResult(LookupError):
+    """A query that had to return one node matched none."""
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """An immutable query; each method returns a new cursor, terminals run it.
+
+    >>> import tempfile
+    >>> from theseus.store import Store, Node
+    >>> store = Store(tempfile.mkdtemp())
+    >>> n = Node.start("doc")
+    >>> with store.writer() as w:
+    ...     for i in range(3):
+    ...         w.write(n, {"train/loss": 3.0 - i, "train/tokens": 100 * i}); n = n.next()
+    >>> store.find().where("train/tokens", ">", 0).sort("train/loss").select(keys=["train/loss"])
+    [{'train/loss': 1.0}, {'train/loss': 2.0}]
+    """
+
+    store: Store
+    name_glob: str = "*"
+    nonce_glob: str = "*"
+    node_filters: tuple = ()
+    run_filters: tuple = ()
+    sorts: tuple = ()
+    only_latest: bool = False
+    limit_n: int | None = None
+    context: Any = field(default=None, compare=False)
+
+    # -- identity filters ---------------------------------------------------
+
+    def spec(self, project: str | None = None, group: str | None = None, run: str | None = None) -> Cursor:
+        """Nodes whose name has these parts; omitted parts match anything."""
+        parts = self.name_glob.split(".") if self.name_glob != "*" else ["*", "*", "*"]
+        for i, (label, value) in enumerate((("project", project), ("group", group), ("run", run))):
+            if value is None:
+                continue
+            normalize_name(f"a.b.{value}")  # validates the part
+            if parts[i] not in ("*", value):
+                return replace(self, name_glob="\x00")  # contradicting parts: matches nothing
+            parts[i] = value
+        return replace(self, name_glob=".".join(parts))
+
+    def name(self, name: str) -> Cursor:
+        """Nodes of runs with exactly this name (a bare run name means general.default.<run>)."""
+        full = normalize_name(name)
+        if self.name_glob not in ("*", full) and not _glob_match(self.name_glob, full):
+            return replace(self, name_glob="\x00")
+        return replace(self, name_glob=full)
+
+    def nonce(self, nonce: str) -> Cursor:
+        """Nodes of the lineage with this nonce."""
+        check_nonce(nonce)
+        if self.nonce_glob not in ("*", nonce):
+            return replace(self, nonce_glob="\x00")
+        return replace(self, nonce_glob=nonce)
+
+    def seq(self, seq: int) -> Cursor:
+        """Nodes at this seq."""
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise ValueError(f"seq must be a non-negative int, got {seq!r}")
+        return replace(self, node_filters=self.node_filters + (("seq", seq),))
+
+    def node(self, node: str | Node) -> Cursor:
+        """Exactly this node (an id string or a Node)."""
+        node_id = node.id if isinstance(node, Node) else node
+        name, nonce, _ = decode_id(node_id)
+        return replace(self.name(name).nonce(nonce), node_filters=self.node_filters + (("node", node_id),))
+
+    # -- run and node predicates ------------------------------------------
+
+    def job(self, key: str) -> Cursor:
+        """Nodes of runs of this registry key."""
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"job key must be a non-empty string, got {key!r}")
+        return replace(self, run_filters=self.run_filters + (("job", key),))
+
+    def finished(self, flag: bool = True) -> Cursor:
+        """Nodes of runs that did (or, with False, did not) finish."""
+        if not isinstance(flag, bool):
+            raise ValueError(f"finished() takes a bool, got {flag!r}")
+        return replace(self, run_filters=self.run_filters + (("finished", flag),))
+
+    def checkpoint(self) -> Cursor:
+        """Only nodes with a committed checkpoint."""
+        return replace(self, node_filters=self.node_filters + (("has", schema.CHECKPOINT),))
+
+    def has(self, key: str) -> Cursor:
+        """Nodes where ``key`` is not null."""
+        return replace(self, node_filters=self.node_filters + (("has", schema.check_user_key(key)),))
+
+    def where(self, key: str, op: str, value: Any) -> Cursor:
+        """Nodes whose folded ``key`` satisfies ``op value`` (op in == != < <= > >= in)."""
+        schema.check_user_key(key)
+        if op not in OPS:
+            raise ValueError(f"unknown operator {op!r}; use one of {', '.join(OPS)}")
+        if op == "in":
+            if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+                raise ValueError(f"where({key!r}, 'in', ...) needs a list, tuple or set, got {value!r}")
+            value = tuple(value)
+            for v in value:
+                schema.value_type(key, v)
+        else:
+            schema.value_type(key, value)
+        return replace(self, node_filters=self.node_filters + (("where", key, op, value),))
+
+    # -- shaping --------------------------------------------------------------
+
+    def sort(self, key: str, ascending: bool = True) -> Cursor:
+        """Order by ``key`` (nulls last); the default order is name, nonce, seq."""
+        schema.check_user_key(key)
+        return replace(self, sorts=self.sorts + ((key, bool(ascending)),))
+
+    def latest(self) -> Cursor:
+        """Only the most recently written matching node."""
+        return replace(self, only_latest=True)
+
+    def limit(self, n: int) -> Cursor:
+        """The first ``n`` results."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"limit takes a non-negative int, got {n!r}")
+        return replace(self, limit_n=n)
+
+    # -- terminals ---------------------------------------------------------------
+
+    def all(self) -> list[Node]:
+        """The matching nodes."""
+        rows = self._run([]).select(NODE_COLUMNS).collect().iter_rows(named=True)
+        return [Node(r["name"], r["nonce"], r["seq"], r["parent"]) for r in rows]
+
+    def first(self) -> Node:
+        """The first matching node; EmptyResult when none match."""
+        nodes = self.limit(1).all() if self.limit_n is None else self.all()[:1]
+        if not nodes:
+            raise EmptyResult(f"query matched no nodes: {self.describe()}")
+        return nodes[0]
+
+    def last(self) -> Node:
+        """The last matching node; EmptyResult when none match."""
+        nodes = self.all()
+        if not nodes:
+            raise EmptyResult(f"query matched no nodes: {self.describe()}")
+        return nodes[-1]
+
+    def select(self, keys: list[str] | None = None) -> list[dict[str, Any]]:
+        """Values of ``keys`` per matching node (nodes holding none of them are skipped).
+
+        A bare ``select()`` returns every scalar user column, never reserved fields or artifacts.
+        """
+        if keys is not None:
+            if isinstance(keys, str):
+                keys = [keys]
+            keys = [schema.check_user_key(k) for k in keys]
+        frame = self._run(keys, all_user_keys=keys is None)
+        columns = [c for c in frame.collect_schema().names() if c not in NODE_COLUMNS and not c.startswith("_")]
+        if keys is not None:
+            columns = keys
+        if not columns:
+            return []
+        frame = frame.select(columns).filter(pl.any_horizontal(pl.col(c).is_not_null() for c in columns))
+        return frame.collect().to_dicts()
+
+    def frame(self) -> pl.LazyFrame:
+        """The result as a Polars LazyFrame: node identity plus every user key."""
+        frame = self._run(None, all_user_keys=True)
+        columns = [c for c in frame.collect_schema().names() if not c.startswith("_")]
+        return frame.select(columns)
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """The result as a pandas DataFrame."""
+        return self.frame().collect().to_pandas()
+
+    def resume(self):
+        """Restore the last node of the result as the job to run (needs a quick session)."""
+        if self.context is None:
+            raise RuntimeError("resume() needs a quick session: use quick(root).find()...resume()")
+        return self.context.resume_from(self)
+
+    def branch(self):
+        """Start a new lineage from the last node of the result (needs a quick session)."""
+        if self.context is None:
+            raise RuntimeError("branch() needs a quick session: use quick(root).find()...branch()")
+        return self.context.branch_from(self)
+
+    def describe(self) -> str:
+        """A readable summary of the query, for error messages."""
+        parts = []
+        if self.name_glob != "*":
+            parts.append(f"name={self.name_glob!r}")
+        if self.nonce_glob != "*":
+            parts.append(f"nonce={self.nonce_glob!r}")
+        parts += [" ".join(map(repr, f)) for f in self.run_filters + self.node_filters]
+        parts += [f"sort {k} {'asc' if a else 'desc'}" for k, a in self.sorts]
+        if self.only_latest:
+            parts.append("latest")
+        if self.limit_n is not None:
+            parts.append(f"limit {self.limit_n}")
+        return ", ".join(parts) or "all nodes"
+
+    # -- execution ----------------------------------------------------------------
+
+    def _run(self, select_keys: list[str] | None, all_user_keys: bool = False) -> pl.LazyFrame:
+        """Plan and collect the result; retried when a compaction retires a segment mid-read."""
+        for attempt in range(_RETRIES):
+            paths = self.store._segments(self.name_glob, self.nonce_glob) if "\x00" not in self.name_glob + self.nonce_glob else []
+            try:
+                return self._plan(paths, select_keys, all_user_keys).collect().lazy()
+            except FileNotFoundError:
+                if attempt == _RETRIES - 1:
+                    raise
+            except CorruptSegment:
+                raise
+            except (pl.exceptions.PolarsError, OSError) as e:
+                if _missing_file(e) and attempt < _RETRIES - 1:
+                    continue
+                corrupt = find_corrupt(self.store.fs, paths)
+                if corrupt is not None:
+                    raise corrupt from e
+                raise
+        raise AssertionError("unreachable")
+
+    def _plan(self, paths: list[str], select_keys: list[str] | None, all_user_keys: bool) -> pl.LazyFrame:
+        types = self.store._footers.keys(paths)
+        used = [f[1] for f in self.node_filters if f[0] in ("has", "where")] + [k for k, _ in self.sorts]
+        used += select_keys or []
+        if paths:
+            for key in used:
+                if key not in types and not key.startswith("_"):
+                    _unknown_key(key, types)
+            for f in self.node_filters:
+                if f[0] == "where":
+                    _check_where_type(f[1], types[f[1]], f[2], f[3])
+        fold_keys = {k: types[k] for k in dict.fromkeys(used) if k in types}
+        if all_user_keys:
+            fold_keys.update({k: t for k, t in types.items() if not k.startswith("_")})
+        log = scan(self.store.fs, paths)
+
+        for f in self.node_filters:
+            if f[0] == "seq":
+                log = log.filter(pl.col("seq") == f[1])
+            elif f[0] == "node":
+                log = log.filter(pl.col("node") == f[1])
+        if self.run_filters:
+            log = log.join(self._runs(log), on=["name", "nonce"], how="semi")
+        rejecting = [f for f in self.node_filters if f[0] in ("has", "where")]
+        if rejecting:
+            log = log.filter(pl.col("key").is_in(sorted(set(fold_keys) | {f[1] for f in rejecting})))
+        for f in rejecting:
+            if f[1] not in fold_keys:
+                fold_keys[f[1]] = types.get(f[1], "str")
+
+        nodes = fold(log, fold_keys)
+        for f in rejecting:
+            if f[0] == "has":
+                nodes = nodes.filter(pl.col(f[1]).is_not_null())
+            else:
+                nodes = nodes.filter(_compare(pl.col(f[1]), f[2], f[3]))
+        if self.only_latest:
+            nodes = nodes.sort(WRITTEN, descending=True).head(1)
+        by = [k for k, _ in self.sorts] + ["name", "nonce", "seq"]
+        descending = [not a for _, a in self.sorts] + [False, False, False]
+        nodes = nodes.sort(by, descending=descending, nulls_last=True)
+        if self.limit_n is not None:
+            nodes = nodes.head(self.limit_n)
+        return nodes
+
+    def _runs(self, log: pl.LazyFrame) -> pl.LazyFrame:
+        """(name, nonce) of runs passing every run-level filter."""
+        runs = log.select("name", "nonce").unique()
+        for kind, value in self.run_filters:
+            if kind == "job":
+                match = log.filter((pl.col("key") == schema.JOB) & (pl.col("str") == value)).select("name", "nonce").unique()
+                runs = runs.join(match, on=["name", "nonce"], how="semi")
+            else:
+                done = (
+                    log.filter(pl.col("key") == schema.FINISHED)
+                    .group_by("name", "nonce")
+                    .agg(pl.col("bool").sort_by("stamp", "writer").last().alias("done"))
+                    .filter(pl.col("done"))
+                    .select("name", "nonce")
+                )
+                runs = runs.join(done, on=["name", "nonce"], how="semi" if value else "anti")
+        return runs
+
+
+def _compare(col: pl.Expr, op: str, value: Any) -> pl.Expr:
+    if op == "in":
+        return col.is_in(list(value))
+    return {"==": col.__eq__, "!=": col.__ne__, "<": col.__lt__, "<=": col.__le__, ">": col.__gt__, ">=": col.__ge__}[op](value)
+
+
+def _check_where_type(key: str, kind: str, op: str, value: Any) -> None:
+    values = value if op == "in" else (value,)
+    for v in values:
+        got = schema.value_type(key, v)
+        numeric = {"int", "float"}
+        if kind in numeric and got in numeric:
+            if isinstance(v, float) and math.isnan(v):
+                raise ValueError(f"where({key!r}, {op!r}, nan): NaN never compares; use has() or a finite bound")
+            continue
+        if got != kind:
+            raise ValueError(f"where({key!r}, {op!r}, {v!r}): {key!r} holds {kind} values, got {got}")
+        if kind == "bool" and op in ("<", "<=", ">", ">="):
+            raise ValueError(f"where({key!r}, {op!r}, ...): {key!r} is bool; use == or !=")
+
+
+def _unknown_key(key: str, types: dict[str, str]) -> None:
+    user = sorted(k for k in types if not k.startswith("_"))
+    close = difflib.get_close_matches(key, user, n=5, cutoff=0.5)
+    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+    shown = ", ".join(user[:20]) + (" ..." if len(user) > 20 else "")
+    raise UnknownKey(f"no run in this query has logged key {key!r}{hint} (known keys: {shown or 'none'})")
+
+
+def _missing_file(error: Exception) -> bool:
+    text = str(error).lower()
+    return "no such file" in text or "not found" in text
+
+
+def _glob_match(pattern: str, name: str) -> bool:
+    import fnmatch
+
+    return fnmatch.fnmatchcase(name, pattern)

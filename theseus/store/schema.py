@@ -1,0 +1,128 @@
+"""The log's fixed row layout, user-key rules and value typing.
+
+The log is stored long: one row per (record, key). Every segment has the same
+columns, so ``polars.scan_parquet("<root>/log/**/*.parquet", hive_partitioning=True)``
+reads any root without options, while user keys stay typed: a value lands in
+the column of its type (``float``, ``int``, ``bool`` or ``str``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+
+import numpy as np
+import pyarrow as pa
+
+# Reserved keys start with "_" and are only written through the writer's methods.
+JOB = "_job"
+CONFIG = "_config"
+STATUS = "_status"
+ERROR = "_error"
+FINISHED = "_finished"
+CHECKPOINT = "_checkpoint"
+RESERVED = {JOB: "str", CONFIG: "str", STATUS: "str", ERROR: "str", FINISHED: "bool", CHECKPOINT: "str"}
+
+TYPES = ("float", "int", "bool", "str")
+
+SEGMENT_SCHEMA = pa.schema(
+    [
+        ("node", pa.string()),
+        ("seq", pa.int64()),
+        ("parent", pa.string()),
+        ("stamp", pa.int64()),
+        ("writer", pa.string()),
+        ("key", pa.string()),
+        ("float", pa.float64()),
+        ("int", pa.int64()),
+        ("bool", pa.bool_()),
+        ("str", pa.string()),
+    ]
+)
+
+# Parquet footer metadata: {key: type} of the keys a segment holds.
+KEYS_METADATA = b"theseus.keys"
+
+_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-./:@]*$")
+
+
+def check_user_key(key: object) -> str:
+    """Validate a user key such as ``train/loss``.
+
+    >>> check_user_key("train/loss")
+    'train/loss'
+    """
+    if not isinstance(key, str) or not _KEY.match(key) or len(key) > 256:
+        raise ValueError(
+            f"invalid key {key!r}: keys are 1-256 characters of letters, digits and '_-./:@', "
+            "starting with a letter or digit (keys starting with '_' are reserved)"
+        )
+    return key
+
+
+def value_type(key: str, value: object, objects_hint: str = "store.objects(node)") -> str:
+    """The log type of a scalar value, or a ValueError for anything else.
+
+    >>> value_type("train/loss", 2.5), value_type("step", 3), value_type("ok", True)
+    ('float', 'int', 'bool')
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, (int, np.integer)):
+        if not -(2**63) <= int(value) < 2**63:
+            raise ValueError(f"value of {key!r} ({value}) does not fit in int64")
+        return "int"
+    if isinstance(value, (float, np.floating)):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return value_type(key, value.item(), objects_hint)
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        return "float"
+    kind = type(value).__name__
+    shape = getattr(value, "shape", None)
+    what = f"{kind} of shape {tuple(shape)}" if shape is not None else kind
+    raise ValueError(
+        f"value of {key!r} is a {what}, not a scalar (bool, int, float or str); "
+        f"store arrays, trees and files as artifacts under {objects_hint}"
+    )
+
+
+def compatible(known: str, new: str) -> bool:
+    """Whether a key typed ``known`` may also take ``new`` (int and float mix).
+
+    >>> compatible("float", "int"), compatible("str", "float")
+    (True, False)
+    """
+    return known == new or {known, new} == {"int", "float"}
+
+
+def merge_types(a: str, b: str) -> str:
+    """The read type of a key seen with types a and b (never fails).
+
+    >>> merge_types("int", "float"), merge_types("str", "int")
+    ('float', 'str')
+    """
+    if a == b:
+        return a
+    if {a, b} == {"int", "float"}:
+        return "float"
+    return "str"
+
+
+def to_python(kind: str, value: object):
+    """Convert a scalar to the plain Python type stored in column ``kind``."""
+    if kind == "float":
+        return float(value)
+    if kind == "int":
+        return int(value)
+    if kind == "bool":
+        return bool(value)
+    return str(value)
+
+
+def is_nan(value: object) -> bool:
+    """True for float NaN (stored as a value; NaN losses are facts too)."""
+    return isinstance(value, float) and math.isnan(value)

@@ -1,0 +1,122 @@
+"""Store: one root folder (local or gs://) holding the log, objects and data."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import polars as pl
+
+from theseus.store import fs as rootfs
+from theseus.store import schema
+from theseus.store.compact import compact
+from theseus.store.cursor import Cursor, EmptyResult
+from theseus.store.node import Node, decode_id
+from theseus.store.reader import WRITTEN, scan
+from theseus.store.segments import FooterCache, list_segments
+from theseus.store.writer import Writer
+
+
+class Store:
+    """An event-sourced store rooted at a local path or an fsspec URL.
+
+    >>> import tempfile
+    >>> store = Store(tempfile.mkdtemp())
+    >>> node = Node.start("doc-run")
+    >>> with store.writer() as w:
+    ...     w.write(node, {"train/loss": 1.5})
+    >>> store.find().nonce(node.nonce).first() == node
+    True
+    """
+
+    def __init__(self, root: str | os.PathLike):
+        self.fs, self._root = rootfs.open_root(root)
+        self._footers = FooterCache(self.fs)
+
+    @property
+    def root(self) -> str:
+        """The root as a path or URL (``gs://bucket/prefix``)."""
+        return rootfs.url(self.fs, self._root)
+
+    def __repr__(self) -> str:
+        return f"Store({self.root!r})"
+
+    def path(self, *parts: str) -> str:
+        """A filesystem path under the root (without protocol), for ``store.fs``."""
+        return "/".join([self._root, *parts]) if parts else self._root
+
+    def url(self, *parts: str) -> str:
+        """Like :meth:`path` but with the protocol, for other libraries."""
+        return rootfs.url(self.fs, self.path(*parts))
+
+    def objects(self, node: Node | str) -> str:
+        """The artifact folder of a node: ``<root>/objects/<node-id>``."""
+        node_id = node.id if isinstance(node, Node) else (decode_id(node) and node)
+        return self.url("objects", node_id)
+
+    def writer(self, flush_interval: float = 1.0) -> Writer:
+        """A buffered writer; use it as a context manager."""
+        return Writer(self, flush_interval=flush_interval)
+
+    def find(self) -> Cursor:
+        """An empty query over every node of the root."""
+        return Cursor(self)
+
+    def keys(self) -> dict[str, str]:
+        """Every key logged in the root with its read type (reads segment footers only)."""
+        return self._footers.keys(self._segments())
+
+    def record(self, node: Node | str) -> dict[str, Any]:
+        """The folded node, reserved fields (``_job``, ``_config``, ``_status``...) included."""
+        node_id = node.id if isinstance(node, Node) else node
+        name, nonce, _ = decode_id(node_id)
+        from theseus.store.reader import fold
+
+        paths = self._segments(name, nonce)
+        rows = fold(scan(self.fs, paths).filter(pl.col("node") == node_id), self._footers.keys(paths)).collect()
+        if rows.height == 0:
+            raise EmptyResult(f"no records for node {node_id}")
+        row = rows.row(0, named=True)
+        return {k: v for k, v in row.items() if v is not None or k in ("parent",)}
+
+    def run_record(self, nonce: str) -> dict[str, Any]:
+        """The fold of a whole lineage's reserved fields (job, config, status, error, finished)."""
+        paths = self._segments("*", nonce)
+        if not paths:
+            raise EmptyResult(f"no run with nonce {nonce!r} in {self.root}")
+        from theseus.store.reader import value_expr
+
+        log = scan(self.fs, paths).filter(pl.col("key").str.starts_with("_"))
+        types = {k: t for k, t in self._footers.keys(paths).items() if k.startswith("_")}
+        aggs = [pl.col("name").first()]
+        for key, kind in types.items():
+            mine = pl.col("key") == key
+            aggs.append(value_expr(kind).filter(mine).sort_by(pl.col("stamp").filter(mine)).last().alias(key))
+        row = log.group_by("nonce").agg(aggs).collect()
+        return row.row(0, named=True) if row.height else {"nonce": nonce}
+
+    def runs(self) -> pl.DataFrame:
+        """One row per run: name, nonce, nodes, last write, status, finished, latest metrics."""
+        paths = self._segments()
+        types = self._footers.keys(paths)
+        log = scan(self.fs, paths)
+        metrics = [k for k in ("train/loss", "val/loss", "train/tokens") if k in types]
+        from theseus.store.reader import value_expr
+
+        aggs = [
+            pl.col("node").n_unique().alias("nodes"),
+            pl.col("seq").max().alias("last seq"),
+            pl.col("stamp").max().alias(WRITTEN),
+        ]
+        for key in [schema.STATUS, schema.FINISHED, schema.JOB, *metrics]:
+            if key in types:
+                mine = pl.col("key") == key
+                aggs.append(value_expr(types[key]).filter(mine).sort_by(pl.col("stamp").filter(mine)).last().alias(key))
+        return log.group_by("name", "nonce").agg(aggs).sort(WRITTEN).collect()
+
+    def compact(self, name: str = "*", nonce: str = "*") -> dict[str, int]:
+        """Merge each run's small segments into one (crash-safe); returns what was merged."""
+        return compact(self, name, nonce)
+
+    def _segments(self, name: str = "*", nonce: str = "*") -> list[str]:
+        return list_segments(self.fs, self._root, name, nonce)
