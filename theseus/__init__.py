@@ -1,0 +1,8 @@
+"""theseus: a JAX language-model trainer on an event-sourced store.
+
+>>> from theseus import Store, Node
+"""
+
+from theseus.store import Node, Store
+
+__all__ = ["Store", "Node"]
