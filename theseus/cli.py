@@ -1,0 +1,114 @@
+"""The ``theseus`` command (typer + rich).
+
+``theseus jobs [PREFIX]`` lists the registered jobs; ``theseus run JOB_KEY
+RUN_NAME ROOT key=value ...`` builds a job, applies the overrides, creates and
+runs it, like ``quick(root)`` does in Python::
+
+    theseus jobs data/tokenize
+    theseus run data/tokenize/pydoc tokenize-pydoc /tmp/root data.max_samples=100
+
+>>> from typer.testing import CliRunner
+>>> "data/tokenize/pydoc" in CliRunner().invoke(app, ["jobs", "data/tokenize/py"]).output
+True
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from theseus import cli_store
+
+app = typer.Typer(
+    name="theseus",
+    help="theseus: a JAX language-model trainer whose every moment is a record in one store.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Errors that mean "bad input": a clear message and exit code 2, no traceback.
+_BAD_INPUT = (KeyError, ValueError, TypeError, FileNotFoundError, FileExistsError, NotImplementedError)
+
+
+def _fail(message: str, code: int) -> None:
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/bold red] {escape(message)}")
+    raise typer.Exit(code)
+
+
+@app.callback()
+def main() -> None:
+    """theseus: jobs, runs and the store.
+
+    \f
+    >>> main()
+    """
+
+
+@app.command()
+def jobs(prefix: Annotated[str, typer.Argument(help="Only jobs whose key starts with this, e.g. data/tokenize")] = "",
+         ) -> None:
+    """List the registered jobs (key and one-line description).
+
+    \f
+    >>> from typer.testing import CliRunner
+    >>> "Description" in CliRunner().invoke(app, ["jobs"]).output
+    True
+    """
+    from theseus.jobs import registry
+
+    found = registry(prefix)
+    if not found:
+        _fail(f"no job key starts with {prefix!r} (`theseus jobs` lists them all)", 2)
+    table = Table("Job", "Description")
+    for key, cls in found.items():
+        table.add_row(key, cls.description)
+    Console().print(table)
+
+
+@app.command(context_settings={"ignore_unknown_options": True})
+def run(
+    job_key: Annotated[str, typer.Argument(help="A registered job key, e.g. data/tokenize/fineweb")],
+    run_name: Annotated[str, typer.Argument(help="The run name: 'run' or 'project.group.run'")],
+    root: Annotated[str, typer.Argument(help="The root folder or gs:// URL where everything goes")],
+    overrides: Annotated[list[str] | None, typer.Argument(help="Config overrides, e.g. data.max_tokens=1000")] = None,
+    log_level: Annotated[str, typer.Option("--log-level", help="loguru level: DEBUG, INFO, WARNING...")] = "DEBUG",
+) -> None:
+    """Build JOB_KEY as RUN_NAME in ROOT, apply key=value overrides, create and run it.
+
+    Bad input (unknown job or config key, wrong type, missing file...) exits with
+    code 2 and writes nothing; a failed run is recorded in the store and exits 1.
+    \f
+    >>> from typer.testing import CliRunner
+    >>> CliRunner().invoke(app, ["run", "data/tokenize/nope", "r", "/tmp/nowhere"]).exit_code
+    2
+    """
+    from theseus import logs
+    from theseus.config import apply_overrides
+    from theseus.quick import quick
+
+    logs.setup(log_level)
+    try:
+        with quick(root) as q:
+            q.build(job_key, run_name)
+            apply_overrides(q.config, overrides or [])
+            job = q.create()
+    except _BAD_INPUT as e:
+        _fail(str(e), 2)
+    try:
+        job()
+    except KeyboardInterrupt:
+        _fail(f"interrupted; the failure is recorded at node {job.node.id}", 130)
+    except Exception as e:
+        _fail(f"{type(e).__name__}: {e} (recorded at node {job.node.id})", 1)
+
+
+cli_store.register(app)  # ls, show, compact
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

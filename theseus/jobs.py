@@ -1,0 +1,399 @@
+"""The job registry and the Job lifecycle.
+
+A job is a class registered under a key (``data/tokenize/fineweb``,
+``gpt/train/pretrain``) with a typed default config and a lifecycle that
+writes every moment of a run to the store:
+
+- ``Job.create(store, run_name, config)`` validates the config, makes the first
+  node (seq 0 of a fresh lineage, or the node after ``base`` when restored) and
+  calls ``setup()``. Nothing is written to the root: bad input fails here.
+- ``job()`` runs it: records the job key and config YAML at the first node
+  (status ``running``), calls ``run()``, then records ``finished`` on the
+  current node; an exception records ``failed`` with the traceback text and is
+  re-raised.
+- ``tick()`` moves to the next node (seq + 1, parent = the previous id);
+  ``save()`` writes this node's artifacts.
+
+Writing a job
+-------------
+Subclass ``Job``, register it with ``@job("group/verb/name", "One line.")`` (or
+let the class docstring's first line be the description) and make sure its
+module is imported (add it to ``JOB_MODULES``). A subclass implements:
+
+- ``Config``: a dataclass of typed defaults (nested dataclasses for sections,
+  every field with a default). ``self.config`` is a struct-mode OmegaConf view
+  of it: editable in ``setup()`` (e.g. resolve ``-1`` to a probed value), read-only
+  from then on, and recorded as YAML when the run starts.
+- ``run(self)``: the work. Write records with ``self.writer.write(self.node, {...})``
+  (scalars only), call ``self.tick()`` whenever something new happens (one
+  step, one progress report), log with ``self.log``. Its return value is what
+  ``job()`` returns.
+- optionally ``setup(self)``: check inputs and build state; nothing is written
+  yet, so raise on bad input here. ``self.base`` is ``None`` for a fresh run, or
+  the ``Node`` to restore from (then ``self.node`` is ``base.next()``, or seq 0 of
+  a branch); the default ``setup`` refuses a base, so a restorable job
+  overrides it without calling super().
+- optionally ``save(self)``: checkpoint this node: ``folder = super().save()``
+  writes config.yaml and job.json into ``store.objects(node)``; then write the
+  state there, and call ``self.writer.checkpoint(self.node, relative_path)``
+  last (commit order).
+- optionally ``tick(self)`` (do one unit of work, then ``super().tick()``) and
+  ``sync(self)`` (a multi-host barrier); set ``self.primary = False`` in
+  ``setup()`` on processes that must not write log records.
+
+Do not override ``__init__``. A job gets: ``self.store`` (the ``Store``),
+``self.config`` (``DictConfig``), ``self.node`` (the current ``Node``),
+``self.base`` (``Node | None``), ``self.writer`` (the store writer, only while
+``job()`` runs), ``self.log`` (the loguru logger), ``self.name`` (the full run
+name ``project.group.run``; ``self.node.run`` is the last part), ``self.key``
+and ``self.description``. Its log lines follow ``JOB <run> | ...``.
+
+>>> import tempfile, dataclasses
+>>> @dataclasses.dataclass
+... class CountConfig:
+...     n: int = 3
+>>> @job("doc/count", "Count to n, one node per number.")
+... class Count(Job):
+...     Config = CountConfig
+...     def run(self):
+...         for i in range(self.config.n):
+...             self.writer.write(self.node, {"count/i": i})
+...             self.tick()
+...         return self.node.seq
+>>> Count.create(tempfile.mkdtemp(), "count-run", {"n": 2})()
+2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import json
+import os
+import re
+import traceback
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from loguru import logger
+from omegaconf import DictConfig, OmegaConf
+
+from theseus import config as configs
+from theseus.store.node import Node
+
+if TYPE_CHECKING:
+    from theseus.store import Store
+
+__all__ = ["JOB_MODULES", "Job", "UnknownJobError", "get_job", "job", "registry"]
+
+#: Modules imported (once, when the registry is first read) to register the built-in jobs.
+#: A module that does not exist yet is skipped; add yours here or import it before use.
+JOB_MODULES: list[str] = ["theseus.data.jobs", "theseus.train.jobs"]
+
+_REGISTRY: dict[str, type[Job]] = {}  # the only global mutable state of the job system
+_LOADED: set[str] = set()
+_KEY = re.compile(r"^[a-z0-9][a-z0-9_\-]*(/[a-z0-9][a-z0-9_\-]*)*$")
+
+
+class UnknownJobError(KeyError, ValueError):
+    """A job key that is not registered; the message names close matches.
+
+    >>> try:
+    ...     get_job("data/tokenize/finweb")
+    ... except UnknownJobError as e:
+    ...     print(e)
+    unknown job 'data/tokenize/finweb'; did you mean data/tokenize/fineweb? (`theseus jobs` lists them all)
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown job"
+
+
+def job(key: str, description: str | None = None):
+    """Class decorator: register a ``Job`` subclass under ``key``.
+
+    ``description`` is the one line ``theseus jobs`` prints (default: the first
+    line of the class docstring).
+
+    >>> import dataclasses
+    >>> @dataclasses.dataclass
+    ... class NoConfig:
+    ...     pass
+    >>> @job("doc/noop")
+    ... class Noop(Job):
+    ...     '''Do nothing, successfully.'''
+    ...     Config = NoConfig
+    ...     def run(self):
+    ...         return None
+    >>> registry("doc/noop")["doc/noop"].description
+    'Do nothing, successfully.'
+    """
+    if not isinstance(key, str) or not _KEY.match(key):
+        raise ValueError(f"invalid job key {key!r}: use lowercase words separated by '/', e.g. 'data/tokenize/fineweb'")
+
+    def register(cls: type) -> type:
+        if not (isinstance(cls, type) and issubclass(cls, Job)):
+            raise TypeError(f"@job({key!r}) decorates a subclass of theseus.jobs.Job, got {cls!r}")
+        if not (isinstance(cls.Config, type) and dataclasses.is_dataclass(cls.Config)):
+            raise TypeError(f"job {key!r}: {cls.__name__}.Config must be a dataclass of typed defaults")
+        prior = _REGISTRY.get(key)
+        if prior is not None and (prior.__module__, prior.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise ValueError(f"job key {key!r} is already registered by {prior.__module__}.{prior.__qualname__}")
+        doc = (cls.__doc__ or "").strip().splitlines()
+        cls.key = key
+        cls.description = (description or (doc[0].strip() if doc else "")).strip()
+        _REGISTRY[key] = cls
+        return cls
+
+    return register
+
+
+def load_job_modules(modules: Iterable[str] | None = None) -> None:
+    """Import the modules that register jobs (``JOB_MODULES`` by default); missing ones are skipped.
+
+    >>> load_job_modules(); "data/tokenize/pydoc" in registry()
+    True
+    """
+    for name in list(JOB_MODULES if modules is None else modules):
+        if name in _LOADED:
+            continue
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
+                raise  # the module exists but one of its imports is missing: a real error
+        _LOADED.add(name)
+
+
+def registry(prefix: str = "") -> dict[str, type[Job]]:
+    """The registered jobs whose key starts with ``prefix``, sorted by key.
+
+    >>> sorted(registry("data/tokenize/"))[:2]
+    ['data/tokenize/addition', 'data/tokenize/alpaca']
+    """
+    load_job_modules()
+    return {k: _REGISTRY[k] for k in sorted(_REGISTRY) if k.startswith(prefix)}
+
+
+def get_job(key: str) -> type[Job]:
+    """The job class registered under ``key``; an unknown key names close matches.
+
+    >>> get_job("data/tokenize/fineweb").__name__
+    'TokenizeFineweb'
+    """
+    jobs = registry()
+    if key in jobs:
+        return jobs[key]
+    near = _close_keys(str(key), list(jobs))
+    hint = f"; did you mean {', '.join(near)}?" if near else ""
+    raise UnknownJobError(f"unknown job {key!r}{hint} (`theseus jobs` lists them all)")
+
+
+def _close_keys(key: str, keys: list[str], n: int = 3) -> list[str]:
+    """Registered keys like ``key``: by the whole key, or by its last part (``finweb`` ~ ``fineweb``)."""
+    tail = key.rsplit("/", 1)[-1]
+    scored = []
+    for k in keys:
+        whole = difflib.SequenceMatcher(None, key, k).ratio()
+        last = difflib.SequenceMatcher(None, tail, k.rsplit("/", 1)[-1]).ratio()
+        score = max(whole if whole >= 0.85 else 0, last if last >= 0.7 else 0, 1.0 if tail and tail in k else 0)
+        if score:
+            scored.append((-score, k))
+    return [k for _, k in sorted(scored)[:n]]
+
+
+def _as_store(store: Store | str | os.PathLike) -> Store:
+    from theseus.store import Store
+
+    return store if isinstance(store, Store) else Store(os.fspath(store))
+
+
+class _NullWriter:
+    """The writer of a non-primary process: accepts every call, writes nothing."""
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: None
+
+    def __enter__(self) -> _NullWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class Job:
+    """Base class of every job; see the module docstring for how to write one.
+
+    >>> import tempfile
+    >>> job = get_job("data/tokenize/pydoc").create(tempfile.mkdtemp(), "tok", {"data": {"max_samples": 5}})
+    >>> job.node.seq, job.node.name
+    (0, 'general.default.tok')
+    """
+
+    key: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    Config: ClassVar[type] = None  # a dataclass of typed defaults, set by each subclass
+    #: Whether this process writes log records (set it in ``setup()``, e.g. ``jax.process_index() == 0``);
+    #: other processes get a writer that drops records.
+    primary: bool = True
+
+    def __init__(self, store: Store, node: Node, config: DictConfig, base: Node | None = None):
+        """Use ``Job.create``; this only stores the attributes."""
+        self.store = store
+        self.node = node
+        self.config = config
+        self.base = base
+        self.name = node.name
+        self.writer = None
+        self.log = logger.bind(job=self.key, run=node.run)
+        self._ran = False
+
+    # -- building -----------------------------------------------------------
+
+    @classmethod
+    def defaults(cls) -> DictConfig:
+        """A fresh, editable struct-mode config of this job's defaults.
+
+        >>> get_job("data/tokenize/fineweb").defaults().data.fineweb.snapshot
+        'CC-MAIN-2022-21'
+        """
+        if cls.Config is None:
+            raise TypeError(f"{cls.__name__} has no Config dataclass")
+        return configs.structured(cls.Config)
+
+    @classmethod
+    def create(cls, store: Store | str | os.PathLike, name: str, config: Any = None, *,
+               overrides: Iterable[str] = (), base: Node | None = None, branch: bool = False) -> Job:
+        """Validate ``config``, make the first node and ``setup()`` the job; nothing is written.
+
+        ``config`` is a DictConfig, a dict or YAML text of values over the
+        defaults (``None``: the defaults); ``overrides`` are ``key=value``
+        strings applied after it. With ``base`` (a ``Node``) the job is restored
+        from that node: it continues base's lineage at ``base.next()``, or starts
+        a new lineage with parent ``base`` when ``branch=True``.
+
+        >>> import tempfile
+        >>> job = get_job("data/tokenize/pydoc").create(tempfile.mkdtemp(), "tok", overrides=["data.max_samples=5"])
+        >>> job.config.data.max_samples
+        5
+        """
+        if "key" not in cls.__dict__:
+            raise TypeError(f"{cls.__name__} is not registered: decorate it with @job('some/key')")
+        cfg = cls.defaults()
+        if config is not None:
+            cfg = configs.merge(cfg, config)
+        cfg = configs.apply_overrides(cfg, list(overrides))
+        if base is not None and not isinstance(base, Node):
+            base = Node.from_id(base) if isinstance(base, str) else base
+        node = Node.start(name, parent=base) if base is None or branch else base.next()
+        self = cls(_as_store(store), node, cfg, base=base)
+        self.log.debug(f"JOB {node.run} | building state")
+        if base is None:
+            self.log.debug(f"JOB {node.run} | starting anew")
+        else:
+            self.log.debug(f"JOB {node.run} | restoring from nodeid={base.id}")
+        self.setup()
+        OmegaConf.set_readonly(self.config, True)
+        return self
+
+    def setup(self) -> None:
+        """Check inputs and build state before anything is written (override it).
+
+        Raise on bad input: nothing has been written yet. ``self.base`` is None for
+        a fresh run, else the node to restore from; the default refuses to restore.
+
+        >>> import tempfile
+        >>> get_job("data/tokenize/pydoc").create(tempfile.mkdtemp(), "tok").setup()
+        """
+        if self.base is not None:
+            raise NotImplementedError(f"job {self.key!r} cannot be restored from a node; run it afresh")
+
+    # -- running ------------------------------------------------------------
+
+    def run(self) -> Any:
+        """The work of the job (override). ``self.writer`` is open while it runs.
+
+        >>> Job.run.__doc__.startswith("The work")
+        True
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement run()")
+
+    def sync(self) -> None:
+        """Wait for every process of the run (override for multi-host jobs; a no-op here).
+
+        >>> Job.sync(None)
+        """
+
+    def __call__(self) -> Any:
+        """Run the job: record job + config at the first node, ``run()``, record finished/failed.
+
+        >>> import tempfile
+        >>> job = get_job("data/tokenize/pydoc").create(tempfile.mkdtemp(), "tok", {"data": {"max_samples": 5}})
+        >>> job()["samples"]
+        5
+        """
+        if self._ran:
+            raise RuntimeError(f"job {self.name} has already run; create() a new one")
+        self._ran = True
+        run = self.node.run
+        self.log.info(f"JOB {run} | starting")
+        with (self.store.writer() if self.primary else _NullWriter()) as w:
+            self.writer = w
+            try:
+                w.job(self.node, self.key, configs.to_yaml(self.config))
+                self.log.debug(f"JOB {run} | pre-start sync")
+                self.sync()
+                self.log.info(f"JOB {run} | synchronized and starting with nodeid={self.node.id}")
+                result = self.run()
+                w.finished(self.node)
+            except BaseException as e:
+                text = traceback.format_exc()
+                self.log.error(f"JOB {run} | failed at nodeid={self.node.id}: {type(e).__name__}: {e}")
+                try:
+                    w.failed(self.node, text)
+                except Exception as record_error:  # never hide the job's own error
+                    self.log.error(f"JOB {run} | could not record the failure: {record_error}")
+                raise
+            finally:
+                self.writer = None
+        self.log.debug(f"JOB {run} | finished, waiting for everyone...")
+        self.sync()
+        self.log.info(f"JOB {run} | finished")
+        return result
+
+    def tick(self) -> Node:
+        """Move to the next node (seq + 1, parent = the current id) and return it.
+
+        >>> import tempfile
+        >>> job = get_job("data/tokenize/pydoc").create(tempfile.mkdtemp(), "tok")
+        >>> job.tick().seq
+        1
+        """
+        self.node = self.node.next()
+        return self.node
+
+    def save(self) -> str:
+        """Write this node's job spec (``config.yaml``, ``job.json``) into its artifact
+        folder and return the folder. Subclasses that checkpoint call this first,
+        write their state, then ``self.writer.checkpoint(self.node, relative_path)``.
+
+        >>> import tempfile
+        >>> job = get_job("data/tokenize/pydoc").create(tempfile.mkdtemp(), "tok")
+        >>> sorted(os.listdir(job.save()))
+        ['config.yaml', 'job.json']
+        """
+        from theseus.store import fs as rootfs
+
+        folder = self.store.objects(self.node)
+        if not self.primary:
+            return folder
+        spec = {"key": self.key, "name": self.name, "nonce": self.node.nonce, "seq": self.node.seq,
+                "node": self.node.id, "parent": self.node.parent, "base": self.base.id if self.base else None}
+        rootfs.publish(self.store.fs, f"{folder}/config.yaml", configs.to_yaml(self.config).encode())
+        rootfs.publish(self.store.fs, f"{folder}/job.json", json.dumps(spec, indent=2).encode())
+        return folder
+
+    def __repr__(self) -> str:
+        n = self.node
+        return f"<{type(self).__module__}.{type(self).__name__} {self.key} {n.name}:{n.nonce}:{n.seq} node={n.id}>"

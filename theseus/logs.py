@@ -1,0 +1,44 @@
+"""Loguru setup for the ``theseus`` command.
+
+Library code only calls ``loguru.logger``; applications decide where lines go.
+``setup()`` sends them to the *current* ``sys.stderr`` (so rich progress bars and
+test runners that swap stderr see them) in loguru's default format, at ``level``.
+
+>>> import io, sys
+>>> setup("INFO")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from loguru import logger
+
+__all__ = ["FORMAT", "logger", "setup"]
+
+FORMAT = (
+    "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> | <level>{level: <8}</level> | "
+    "<cyan>{name}</cyan>:<cyan>{function}</cyan>:<cyan>{line}</cyan> - <level>{message}</level>"
+)
+
+_handler: int | None = None
+
+
+def setup(level: str | None = None) -> None:
+    """Route loguru to the current stderr at ``level`` (default ``$THESEUS_LOG_LEVEL`` or DEBUG).
+
+    Replaces loguru's default handler (and this function's earlier one).
+
+    >>> setup("WARNING"); setup("DEBUG")  # idempotent: one handler
+    """
+    global _handler
+    level = (level or os.environ.get("THESEUS_LOG_LEVEL") or "DEBUG").upper()
+    try:
+        logger.remove(0)  # loguru's default handler, bound to the stderr of import time
+    except ValueError:
+        pass
+    if _handler is not None:
+        logger.remove(_handler)
+    _handler = logger.add(lambda message: sys.stderr.write(message), level=level, format=FORMAT,
+                          colorize=sys.stderr.isatty())

@@ -1,0 +1,226 @@
+"""The quick session: find runs, build a job, edit its config, create and run it.
+
+>>> import tempfile
+>>> from theseus.quick import quick
+>>> root = tempfile.mkdtemp()
+>>> with quick(root) as q:
+...     _ = q.build("data/tokenize/pydoc", "tokenize-pydoc")
+...     q.config.data.max_samples = 10       # OmegaConf in struct mode: typos raise
+...     job = q.create()                     # set up, not run: nothing written yet
+...     summary = job()                      # run
+...     run = q.find().job("data/tokenize/pydoc").last()
+>>> summary["samples"], run.name
+(10, 'general.default.tokenize-pydoc')
+
+``init(root)`` returns the same session without a ``with`` block; call ``close()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from omegaconf import DictConfig
+
+from theseus.jobs import Job, get_job
+from theseus.store.node import Node
+
+__all__ = ["Quick", "QuickJob", "init", "quick"]
+
+
+class QuickJob:
+    """A quick session on one root: ``find()`` runs, ``build()`` a job, edit ``config``, ``create()`` it.
+
+    ``build(job_key, run_name)`` sets the pending job (with the job's default
+    config); calling it again replaces the pending job. ``create()`` returns
+    the job set up and ready (``job()`` runs it); each ``create()`` makes a new
+    run (a fresh nonce) from the pending config.
+
+    >>> import tempfile
+    >>> q = init(tempfile.mkdtemp())
+    >>> q.build("data/tokenize/fineweb", "tokenize-fineweb") is q
+    True
+    >>> q.config.data.max_tokens = int(1e7)
+    >>> q.job_key, q.run_name, q.config.data.max_tokens
+    ('data/tokenize/fineweb', 'tokenize-fineweb', 10000000)
+    >>> q.close()
+    """
+
+    def __init__(self, root: str | os.PathLike):
+        from theseus.store import Store
+
+        self.root = os.fspath(root)
+        self.store = Store(self.root)
+        self.job_key: str | None = None
+        self.run_name: str | None = None
+        self._config: DictConfig | None = None
+        self.base: Node | None = None  # the node a resumed/branched job restores from
+        self.branched = False
+        self._restored: tuple[str, str, str, Node, bool] | None = None  # set by resume()/branch()
+        self._closed = False
+
+    # -- finding --------------------------------------------------------------
+
+    def find(self):
+        """The store's query cursor (``store.find()``); see the cursor DSL.
+
+        >>> import tempfile
+        >>> with quick(tempfile.mkdtemp()) as q:
+        ...     q.find().all()
+        []
+        """
+        self._check_open()
+        return dataclasses.replace(self.store.find(), context=self)
+
+    # -- building -------------------------------------------------------------
+
+    def build(self, job_key: str | None = None, run_name: str | None = None) -> QuickJob:
+        """Make ``job_key`` (a registry key) the pending job of run ``run_name``, with default config.
+
+        Returns the session (so ``q.build(...).create()`` works). An unknown key
+        raises naming close matches. With no arguments it rebuilds the job last
+        restored by ``q.find()...resume()`` / ``branch()``.
+
+        >>> import tempfile
+        >>> with quick(tempfile.mkdtemp()) as q:
+        ...     _ = q.build("data/tokenize/pydoc", "a")
+        ...     _ = q.build("data/tokenize/addition", "b")   # replaces the pending job
+        ...     print(q.job_key, q.run_name, "block_size" in q.config.data)
+        data/tokenize/addition b True
+        """
+        self._check_open()
+        if job_key is None and run_name is None:
+            if self._restored is None:
+                raise ValueError("nothing to rebuild: call q.find()...resume() (or branch()) first, "
+                                 "or q.build(job_key, run_name) for a new job")
+            key, name, config_yaml, base, branch = self._restored
+            cls = get_job(key)
+            self.job_key, self.run_name, self.base, self.branched = key, name, base, branch
+            from theseus.config import from_yaml
+
+            self._config = from_yaml(cls.Config, config_yaml)
+            return self
+        if job_key is None or run_name is None:
+            raise ValueError("q.build(job_key, run_name) needs both, "
+                             "e.g. q.build('data/tokenize/fineweb', 'tokenize-fineweb')")
+        cls = get_job(job_key)
+        Node.start(run_name)  # checks the run name now, not at create()
+        self.job_key, self.run_name = job_key, run_name
+        self._config = cls.defaults()
+        self.base, self.branched = None, False
+        return self
+
+    def resume_from(self, cursor) -> QuickJob:
+        """Hook of ``q.find()...resume()``: make the job of the cursor's last node pending, restored from it.
+
+        The run continues that node's lineage (seq + 1). ``q.config`` becomes the
+        run's recorded config and ``q.build()`` with no arguments rebuilds it.
+
+        >>> QuickJob.resume_from.__name__
+        'resume_from'
+        """
+        return self._restore(cursor.last(), branch=False)
+
+    def branch_from(self, cursor) -> QuickJob:
+        """Hook of ``q.find()...branch()``: like ``resume_from``, but a new lineage
+        (fresh nonce, seq 0, parent = the node).
+
+        >>> QuickJob.branch_from.__name__
+        'branch_from'
+        """
+        return self._restore(cursor.last(), branch=True)
+
+    def _restore(self, node: Node, branch: bool = False) -> QuickJob:
+        self._check_open()
+        run = self.store.run_record(node.nonce)
+        key, config_yaml = run.get("_job"), run.get("_config")
+        if not key:
+            raise ValueError(f"node {node.id} belongs to a run with no recorded job; it cannot be resumed")
+        self._restored = (key, node.name, config_yaml or "", node, branch)
+        return self.build()
+
+    @property
+    def config(self) -> DictConfig:
+        """The pending job's config: an OmegaConf ``DictConfig`` in struct mode (edit it in place).
+
+        >>> import tempfile
+        >>> with quick(tempfile.mkdtemp()) as q:
+        ...     q.build("data/tokenize/fineweb", "tokenize-fineweb").config.data.seed
+        2357
+        """
+        if self._config is None:
+            raise ValueError("no job built yet: call q.build(job_key, run_name) first (`theseus jobs` lists the keys)")
+        return self._config
+
+    def create(self) -> Job:
+        """The pending job, created from ``config`` and set up (state built or restored), not run.
+
+        Bad config, tokenizer, paths... raise here and write nothing. Call the
+        returned job to run it.
+
+        >>> import tempfile
+        >>> with quick(tempfile.mkdtemp()) as q:
+        ...     job = q.build("data/tokenize/pydoc", "p").create()
+        ...     type(job).__name__, job.node.seq
+        ('TokenizePydoc', 0)
+        """
+        self._check_open()
+        if self.job_key is None:
+            raise ValueError("no job built yet: call q.build(job_key, run_name) first (`theseus jobs` lists the keys)")
+        cls = get_job(self.job_key)
+        return cls.create(self.store, self.run_name, self.config, base=self.base, branch=self.branched)
+
+    # -- lifetime -------------------------------------------------------------
+
+    def close(self) -> None:
+        """End the session (idempotent).
+
+        >>> import tempfile
+        >>> q = init(tempfile.mkdtemp()); q.close(); q.close()
+        """
+        if self._closed:
+            return
+        self._closed = True
+        close = getattr(self.store, "close", None)
+        if callable(close):
+            close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this quick session is closed")
+
+    def __enter__(self) -> QuickJob:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        pending = f"{self.job_key} run={self.run_name!r}" if self.job_key else "no job built"
+        return f"<theseus.quick.QuickJob object at {id(self):#x}: {pending} root={self.root!r}>"
+
+
+Quick = QuickJob  # the session's other name
+
+
+def init(root: str | os.PathLike) -> QuickJob:
+    """Open a quick session on ``root`` (a folder or gs:// URL); ``close()`` it when done.
+
+    >>> import tempfile
+    >>> q = init(tempfile.mkdtemp())
+    >>> q.build("data/tokenize/pydoc", "p").config.data.max_samples
+    -1
+    >>> q.close()
+    """
+    return QuickJob(root)
+
+
+def quick(root: str | os.PathLike) -> QuickJob:
+    """A quick session on ``root`` as a context manager (closed on exit).
+
+    >>> import tempfile
+    >>> with quick(tempfile.mkdtemp()) as q:
+    ...     print(type(q).__name__)
+    QuickJob
+    """
+    return QuickJob(root)
