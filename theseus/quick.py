@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from loguru import logger
 from omegaconf import DictConfig
 
 from theseus.jobs import Job, get_job
@@ -113,7 +114,8 @@ class QuickJob:
     def resume_from(self, cursor) -> QuickJob:
         """Hook of ``q.find()...resume()``: make the job of the cursor's last node pending, restored from it.
 
-        The run continues that node's lineage (seq + 1). ``q.config`` becomes the
+        The run continues that node's lineage (seq + 1); when the lineage already
+        went on past that node it becomes a branch instead. ``q.config`` becomes the
         run's recorded config and ``q.build()`` with no arguments rebuilds it.
 
         >>> QuickJob.resume_from.__name__
@@ -136,6 +138,12 @@ class QuickJob:
         key, config_yaml = run.get("_job"), run.get("_config")
         if not key:
             raise ValueError(f"node {node.id} belongs to a run with no recorded job; it cannot be resumed")
+        if not branch and self.store.find().nonce(node.nonce).last().seq > node.seq:
+            # the lineage already went on past this node: continuing it would write a
+            # second history over the same node ids, so the resumed run branches instead
+            logger.info(f"RESUME | {node.id} is not the tip of {node.name}:{node.nonce}; "
+                        "continuing as a branch (fresh nonce, parent = that node)")
+            branch = True
         self._restored = (key, node.name, config_yaml or "", node, branch)
         return self.build()
 
@@ -169,6 +177,17 @@ class QuickJob:
             raise ValueError("no job built yet: call q.build(job_key, run_name) first (`theseus jobs` lists the keys)")
         cls = get_job(self.job_key)
         return cls.create(self.store, self.run_name, self.config, base=self.base, branch=self.branched)
+
+    def __call__(self):
+        """Create the pending job and run it (``job = q.build(); job()`` in the seed).
+
+        >>> import tempfile
+        >>> with quick(tempfile.mkdtemp()) as q:
+        ...     q.build("data/tokenize/pydoc", "p").config.data.max_samples = 3
+        ...     q()["samples"]
+        3
+        """
+        return self.create()()
 
     # -- lifetime -------------------------------------------------------------
 

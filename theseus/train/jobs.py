@@ -1,0 +1,138 @@
+"""The registered training job: ``gpt/train/pretrain``, a Trainer whose every step is a node."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from theseus.jobs import Job, job
+from theseus.store import Node
+from theseus.train.config import PretrainConfig
+
+
+@job("gpt/train/pretrain", "Pretrain a GPT on a tokenized dataset; every step a node, checkpoints in objects/.")
+class Pretrain(Job):
+    """Pretrain a GPT on ``<root>/data/<data.dataset>``: the node at seq k holds the state after k steps.
+
+    Reports land on their step's node, checkpoints under ``objects/<node-id>/``
+    and the node's checkpoint record is appended only after the checkpoint's
+    MANIFEST is published. Restoring (``q.find()...resume()`` or ``branch()``)
+    continues from the base node's checkpoint.
+
+    >>> Pretrain.key
+    'gpt/train/pretrain'
+    """
+
+    Config = PretrainConfig
+
+    def setup(self) -> None:
+        """Validate, build the trainer (autobatch when asked) and initialise or restore its state."""
+        import jax
+
+        from theseus.train.trainer import Trainer
+
+        checkpoint = None
+        if self.base is not None:
+            checkpoint = self.store.record(self.base).get("_checkpoint")
+            if not checkpoint:
+                raise ValueError(
+                    f"node {self.base.id} (seq {self.base.seq} of {self.base.name}:{self.base.nonce}) has no "
+                    "committed checkpoint; query with .checkpoint() to pick one that has"
+                )
+        self.primary = jax.process_index() == 0
+        self.trainer = Trainer(
+            self.config,
+            self.store.root,
+            on_report=self._report,
+            on_checkpoint=self._committed,
+            folder_fn=lambda step: self.store.objects(self._node_at(step)),
+            sidecars=self._sidecars,
+            log=self.log,
+        )
+        if self.config.training.per_device_batch_size == -1:
+            self.config.training.per_device_batch_size = self.trainer.per_device_batch_size
+        if checkpoint is None:
+            self.trainer.init()
+            self._offset = 0
+        else:
+            self.trainer.restore(self.store.url(checkpoint))
+            # same lineage: seq == step; a branch starts its own seq 0 at the base's step
+            self._offset = self.trainer.step if self.node.nonce != self.base.nonce else 0
+
+    # -- the nodes of this run ------------------------------------------------
+
+    def _node_at(self, step: int) -> Node:
+        """The node holding the state after ``step`` steps."""
+        seq = step - self._offset
+        if seq == self.node.seq:
+            return self.node
+        if seq == 0:
+            return Node(self.name, self.node.nonce, 0, self.base.id if self.base is not None else None)
+        return Node(self.name, self.node.nonce, seq, Node(self.name, self.node.nonce, seq - 1).id)
+
+    def _report(self, step: int, metrics: dict[str, Any]) -> None:
+        node = self._node_at(step)
+        if self.writer is not None:
+            self.writer.write(node, metrics)
+        self.node = node
+
+    def _committed(self, step: int, folder: str) -> None:
+        node = self._node_at(step)
+        if self.writer is not None:
+            self.writer.checkpoint(node, f"objects/{node.id}")
+
+    def _sidecars(self, step: int) -> dict[str, str]:
+        node = self._node_at(step)
+        spec = {"key": self.key, "name": self.name, "nonce": node.nonce, "seq": node.seq, "node": node.id,
+                "parent": node.parent, "step": step, "base": self.base.id if self.base else None}
+        return {"job.json": json.dumps(spec, indent=2)}
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def run(self) -> Node:
+        """Train to the end of the token budget; returns the last node."""
+        try:
+            self.trainer.train()
+        finally:
+            self.trainer.wait()
+        self.node = self._node_at(self.trainer.step)
+        return self.node
+
+    def save(self) -> str:
+        """Checkpoint the current state into this node's artifact folder (committed in the background)."""
+        folder = self.store.objects(self._node_at(self.trainer.step))
+        self.trainer.save(folder)
+        return folder
+
+    def tick(self) -> Node:
+        """Train exactly one step (consuming ``batch()``) and write its node like a normal step."""
+        if self.writer is None:
+            with self.store.writer() as w:
+                self.writer = w
+                try:
+                    self.trainer.tick()
+                    self.trainer.wait()
+                finally:
+                    self.writer = None
+        else:
+            self.trainer.tick()
+        self.node = self._node_at(self.trainer.step)
+        return self.node
+
+    # -- replay: the trainer's inspection API on the job ----------------------------
+
+    def batch(self) -> dict:
+        """The batch the next step consumes (the same until ``tick()``)."""
+        return self.trainer.batch()
+
+    def find(self, module_type: type) -> list[tuple[str, ...]]:
+        """Module paths of ``module_type`` in forward order, e.g. ``[('blocks_0', 'mlp'), ...]``."""
+        return self.trainer.find(module_type)
+
+    def debug(self, path=None, **kwargs):
+        """``(layer, inputs)`` of the module at ``path`` on ``batch()`` with the current parameters."""
+        return self.trainer.debug(path, **kwargs)
+
+    def close(self) -> None:
+        """Finish pending checkpoints and free the device state."""
+        self.trainer.close()
