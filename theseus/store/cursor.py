@@ -259,7 +259,7 @@ class Cursor:
             for f in self.node_filters:
                 if f[0] == "where":
                     _check_where_type(f[1], types[f[1]], f[2], f[3])
-        fold_keys = {k: types[k] for k in dict.fromkeys(used) if k in types}
+        fold_keys = {k: types.get(k, "str") for k in dict.fromkeys(used)}
         if all_user_keys:
             fold_keys.update({k: t for k, t in types.items() if not k.startswith("_")})
         log = scan(self.store.fs, paths)
@@ -274,9 +274,6 @@ class Cursor:
         rejecting = [f for f in self.node_filters if f[0] in ("has", "where")]
         if rejecting:
             log = log.filter(pl.col("key").is_in(sorted(set(fold_keys) | {f[1] for f in rejecting})))
-        for f in rejecting:
-            if f[1] not in fold_keys:
-                fold_keys[f[1]] = types.get(f[1], "str")
 
         nodes = fold(log, fold_keys)
         for f in rejecting:
