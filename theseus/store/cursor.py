@@ -154,7 +154,7 @@ class Cursor:
 
     def all(self) -> list[Node]:
         """The matching nodes."""
-        rows = self._run([]).select(NODE_COLUMNS).collect().iter_rows(named=True)
+        rows = self._run([]).select(NODE_COLUMNS).iter_rows(named=True)
         return [Node(r["name"], r["nonce"], r["seq"], r["parent"]) for r in rows]
 
     def first(self) -> Node:
@@ -181,19 +181,18 @@ class Cursor:
                 keys = [keys]
             keys = [schema.check_user_key(k) for k in keys]
         frame = self._run(keys, all_user_keys=keys is None)
-        columns = [c for c in frame.collect_schema().names() if c not in NODE_COLUMNS and not c.startswith("_")]
+        columns = [c for c in frame.columns if c not in NODE_COLUMNS and not c.startswith("_")]
         if keys is not None:
             columns = keys
         if not columns:
             return []
         frame = frame.select(columns).filter(pl.any_horizontal(pl.col(c).is_not_null() for c in columns))
-        return frame.collect().to_dicts()
+        return frame.to_dicts()
 
     def frame(self) -> pl.LazyFrame:
         """The result as a Polars LazyFrame: node identity plus every user key."""
         frame = self._run(None, all_user_keys=True)
-        columns = [c for c in frame.collect_schema().names() if not c.startswith("_")]
-        return frame.select(columns)
+        return frame.select([c for c in frame.columns if not c.startswith("_")]).lazy()
 
     def to_pandas(self) -> pandas.DataFrame:
         """The result as a pandas DataFrame."""
@@ -228,12 +227,12 @@ class Cursor:
 
     # -- execution ----------------------------------------------------------------
 
-    def _run(self, select_keys: list[str] | None, all_user_keys: bool = False) -> pl.LazyFrame:
+    def _run(self, select_keys: list[str] | None, all_user_keys: bool = False) -> pl.DataFrame:
         """Plan and collect the result; retried when a compaction retires a segment mid-read."""
         for attempt in range(_RETRIES):
             paths = self.store._segments(self.name_glob, self.nonce_glob) if "\x00" not in self.name_glob + self.nonce_glob else []
             try:
-                return self._plan(paths, select_keys, all_user_keys).collect().lazy()
+                return self._plan(paths, select_keys, all_user_keys).collect()
             except FileNotFoundError:
                 if attempt == _RETRIES - 1:
                     raise
@@ -272,10 +271,7 @@ class Cursor:
         if self.run_filters:
             log = log.join(self._runs(log), on=["name", "nonce"], how="semi")
         rejecting = [f for f in self.node_filters if f[0] in ("has", "where")]
-        if rejecting:
-            log = log.filter(pl.col("key").is_in(sorted(set(fold_keys) | {f[1] for f in rejecting})))
-
-        nodes = fold(log, fold_keys)
+        nodes = fold(log, fold_keys, anchor=rejecting[0][1] if rejecting else None, written=self.only_latest)
         for f in rejecting:
             if f[0] == "has":
                 nodes = nodes.filter(pl.col(f[1]).is_not_null())

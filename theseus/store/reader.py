@@ -78,22 +78,36 @@ def value_expr(kind: str) -> pl.Expr:
     return pl.col(kind)
 
 
-def fold(frame: pl.LazyFrame, keys: dict[str, str]) -> pl.LazyFrame:
-    """One row per node: its identity, last write stamp, and per key the latest value.
+def latest_records(frame: pl.LazyFrame) -> pl.LazyFrame:
+    """Per (node, key), only the record with the highest write stamp (ties: the highest writer id).
 
-    The latest record wins (by write stamp, then writer id); folding is
-    idempotent, so duplicated records (a compaction seen half-way) change nothing.
+    Folding is idempotent: duplicated records (a compaction seen half-way) change nothing.
     """
-    aggs = [
-        pl.col("name").first(),
-        pl.col("nonce").first(),
-        pl.col("seq").first(),
-        pl.col("parent").drop_nulls().first(),
-        pl.col("stamp").max().alias(WRITTEN),
-    ]
-    for key, kind in keys.items():
-        mine = pl.col("key") == key
-        aggs.append(
-            value_expr(kind).filter(mine).sort_by(pl.col("stamp").filter(mine), pl.col("writer").filter(mine)).last().alias(key)
+    group = ["node", "key"]
+    latest = frame.filter(pl.col("stamp") == pl.col("stamp").max().over(group))
+    return latest.filter(pl.col("writer") == pl.col("writer").max().over(group)).unique(subset=group, keep="any")
+
+
+def fold(frame: pl.LazyFrame, keys: dict[str, str], anchor: str | None = None, written: bool = False) -> pl.LazyFrame:
+    """One row per node: its identity and, per key, the latest value (by write stamp).
+
+    With ``anchor`` (a key every wanted node must hold) the nodes are those
+    holding it, which avoids grouping every record of the scope; ``written``
+    adds the node's last write stamp (for ``latest()``).
+    """
+    records = latest_records(frame.filter(pl.col("key").is_in(list(keys))) if keys else frame.head(0))
+    identity = ["node", "name", "nonce", "seq", "parent"]
+    if anchor is not None:
+        nodes = records.filter(pl.col("key") == anchor).select(*identity, value_expr(keys[anchor]).alias(anchor))
+        rest = [k for k in keys if k != anchor]
+    else:
+        nodes = frame.group_by("node").agg(
+            pl.col("name").first(), pl.col("nonce").first(), pl.col("seq").first(), pl.col("parent").drop_nulls().first()
         )
-    return frame.group_by("node").agg(aggs)
+        rest = list(keys)
+    for key in rest:
+        column = records.filter(pl.col("key") == key).select("node", value_expr(keys[key]).alias(key))
+        nodes = nodes.join(column, on="node", how="left")
+    if written:
+        nodes = nodes.join(frame.group_by("node").agg(pl.col("stamp").max().alias(WRITTEN)), on="node", how="left")
+    return nodes

@@ -69,7 +69,9 @@ def _list_local(root: str, name: str, nonce: str) -> list[str]:
     for name_dir in _scandir(log):
         if not name_dir.startswith("name=") or not fnmatch.fnmatchcase(name_dir[5:], name):
             continue
-        for nonce_dir in _scandir(os.path.join(log, name_dir)):
+        literal = not any(c in nonce for c in "*?[")
+        nonce_dirs = [f"nonce={nonce}"] if literal else _scandir(os.path.join(log, name_dir))
+        for nonce_dir in nonce_dirs:
             if not nonce_dir.startswith("nonce=") or not fnmatch.fnmatchcase(nonce_dir[6:], nonce):
                 continue
             folder = os.path.join(log, name_dir, nonce_dir)
