@@ -259,3 +259,13 @@ def test_no_temporary_or_absolute_paths(tmp_path):
         for f in files:
             assert not f.endswith(".tmp")
             assert str(tmp_path).encode() not in open(os.path.join(dirpath, f), "rb").read()
+
+
+def test_int_out_of_range_is_refused_on_every_write(tmp_path):
+    store = Store(tmp_path)
+    n = Node.start("big")
+    with store.writer() as w:
+        w.write(n, {"i": 1})
+        with pytest.raises(ValueError, match="int64"):
+            w.write(n.next(), {"i": 2**70})
+    assert store.find().nonce(n.nonce).select() == [{"i": 1}]

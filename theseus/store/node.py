@@ -7,6 +7,7 @@ import binascii
 import re
 import secrets
 from dataclasses import dataclass
+from functools import cached_property
 
 _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
 _NONCE = re.compile(r"^[0-9a-f]{6}$")
@@ -130,9 +131,9 @@ class Node:
         name, nonce, seq = decode_id(node_id)
         return cls(name, nonce, seq, parent)
 
-    @property
+    @cached_property
     def id(self) -> str:
-        """URL-safe id of this node."""
+        """URL-safe id of this node (computed once; nodes are immutable)."""
         return encode_id(self.name, self.nonce, self.seq)
 
     @property
@@ -146,4 +147,9 @@ class Node:
 
     def next(self) -> Node:
         """The following moment of the same lineage."""
-        return Node(self.name, self.nonce, self.seq + 1, self.id)
+        # name, nonce and parent id are already valid: skip __post_init__'s re-validation,
+        # which costs a regex per name part and a base64 decode of the parent id per step
+        node = object.__new__(Node)
+        fields = node.__dict__
+        fields["name"], fields["nonce"], fields["seq"], fields["parent"] = self.name, self.nonce, self.seq + 1, self.id
+        return node

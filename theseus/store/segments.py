@@ -15,6 +15,7 @@ from theseus.store import fs as rootfs
 from theseus.store.schema import KEYS_METADATA, SEGMENT_SCHEMA, merge_types
 
 LOG = "log"
+SMALL_SEGMENT_ROWS = 4096
 
 
 def run_dir(root: str, name: str, nonce: str) -> str:
@@ -40,7 +41,9 @@ def encode(columns: dict[str, pa.Array], keys: dict[str, str]) -> bytes:
     table = pa.Table.from_arrays([columns[f.name] for f in SEGMENT_SCHEMA], schema=SEGMENT_SCHEMA)
     table = table.replace_schema_metadata({KEYS_METADATA: json.dumps(keys, sort_keys=True).encode()})
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd", row_group_size=1 << 20)
+    # zstd's setup costs more than it saves on a small live segment; compaction compresses
+    compression = "zstd" if table.num_rows >= SMALL_SEGMENT_ROWS else "none"
+    pq.write_table(table, sink, compression=compression, row_group_size=1 << 20)
     return sink.getvalue()
 
 
