@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from theseus.store.store import Store
 
 OPS = ("==", "!=", "<", "<=", ">", ">=", "in")
-_RETRIES = 5
+_RETRIES = 30  # re-list and retry when a compaction retires a segment mid-read
 
 
 class UnknownKey(ValueError):
@@ -236,10 +237,12 @@ class Cursor:
             except FileNotFoundError:
                 if attempt == _RETRIES - 1:
                     raise
+                time.sleep(0.002 * attempt)
             except CorruptSegment:
                 raise
             except (pl.exceptions.PolarsError, OSError) as e:
                 if _missing_file(e) and attempt < _RETRIES - 1:
+                    time.sleep(0.002 * attempt)
                     continue
                 corrupt = find_corrupt(self.store.fs, paths)
                 if corrupt is not None:
