@@ -13,7 +13,6 @@ MODULES = [
     "theseus.store.writer",
     "theseus.store.cursor",
     "theseus.store.store",
-    "theseus.quickstart",
 ]
 
 

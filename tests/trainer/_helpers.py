@@ -1,0 +1,72 @@
+"""Helpers of the trainer tests: a tiny contiguous dataset, tiny configs, a list logger."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+
+import numpy as np
+
+from theseus.data.store import DatasetWriter
+
+VOCAB = 256
+
+
+class ListLog:
+    """A loguru-like logger that keeps (level, message) pairs."""
+
+    def __init__(self):
+        self.records: list[tuple[str, str]] = []
+
+    def _add(self, level):
+        return lambda message, *a, **k: self.records.append((level, str(message)))
+
+    def __getattr__(self, level):
+        if level in ("debug", "info", "warning", "error", "success", "trace"):
+            return self._add(level)
+        raise AttributeError(level)
+
+    def messages(self, prefix: str = "") -> list[str]:
+        return [m for _, m in self.records if m.startswith(prefix)]
+
+
+def write_dataset(root, name="fineweb", tokens=40_000, vocab=VOCAB, seed=0):
+    """A learnable token stream: next = (prev * 5 + 3 + noise) mod vocab."""
+    rng = np.random.default_rng(seed)
+    out = np.empty(tokens, np.int64)
+    out[0] = 1
+    noise = rng.integers(0, 2, tokens)
+    for i in range(1, tokens):
+        out[i] = (out[i - 1] * 5 + 3 + noise[i]) % vocab
+    with DatasetWriter(str(root), name, "contiguous") as w:
+        w.append("train", out[: tokens * 9 // 10])
+        w.append("val", out[tokens * 9 // 10:])
+
+
+BASE = {
+    "architecture": {"n_embd": 32, "n_layers": 2, "n_head": 4, "block_size": 32, "vocab_size": VOCAB},
+    "optimization": {"lr": 3e-3, "warmup_pct": 0.0, "decay_pct": 0.0},
+    "training": {"batch_size": 8, "per_device_batch_size": 4, "tokens": 8 * 32 * 30, "validation_steps": 2},
+    "logging": {"report_interval": 5, "checkpoint_interval": 10, "validation_interval": 10},
+}
+
+
+def config(**sections):
+    """BASE with sections updated, e.g. config(training={"batch_size": 4})."""
+    cfg = copy.deepcopy(BASE)
+    for section, values in sections.items():
+        cfg.setdefault(section, {}).update(values)
+    return cfg
+
+
+def tree_hash(tree) -> str:
+    import jax
+
+    h = hashlib.sha256()
+    for leaf in jax.tree.leaves(tree):
+        a = np.asarray(leaf)
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+

@@ -1,0 +1,48 @@
+"""Fixtures for the trainer tests: a tiny contiguous dataset and tiny configs."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.trainer._helpers import ListLog, config, write_dataset
+
+
+@pytest.fixture(scope="session")
+def data_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("root")
+    write_dataset(root)
+    return str(root)
+
+
+@pytest.fixture(scope="session")
+def peak_cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("meta") / "cpu_peak.json")
+
+
+@pytest.fixture
+def make_trainer(data_root, peak_cache):
+    from theseus.train.trainer import Trainer
+
+    def make(cfg=None, root=None, **kwargs):
+        kwargs.setdefault("peak_cache", peak_cache)
+        kwargs.setdefault("progress", False)
+        kwargs.setdefault("log", ListLog())
+        return Trainer(cfg if cfg is not None else config(), root or data_root, **kwargs)
+
+    return make
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compilation_cache(tmp_path_factory):
+    """Reuse compiled programs across the many identical tiny trainers of this folder."""
+    import jax
+
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+             "jax_persistent_cache_min_entry_size_bytes")
+    old = {n: getattr(jax.config, n) for n in names}
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax-cache")))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    yield
+    for n, v in old.items():
+        jax.config.update(n, v)
