@@ -16,7 +16,7 @@ def data_root(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def peak_cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("meta") / "cpu_peak.json")
+    return str(tmp_path_factory.mktemp("meta") / "cpu_peak")
 
 
 @pytest.fixture

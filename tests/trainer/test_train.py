@@ -175,12 +175,13 @@ def test_cpu_peak_cached_once(tmp_path, monkeypatch):
 
     calls = []
     monkeypatch.setattr(mfu, "measure_cpu_peak", lambda dtype="float32", **k: calls.append(dtype) or 1.5e11)
-    path = str(tmp_path / "meta" / "cpu_peak.json")
+    path = str(tmp_path / "meta" / "cpu_peak")
     assert trainer_mod.cached_cpu_peak(path, "cpu", "bfloat16") == 1.5e11
     assert trainer_mod.cached_cpu_peak(path, "cpu", "bfloat16") == 1.5e11
     assert trainer_mod.cached_cpu_peak(path, "cpu", "float32") == 1.5e11
     assert calls == ["bfloat16", "float32"]
-    assert json.loads(open(path).read()) == {"cpu/bfloat16": 1.5e11, "cpu/float32": 1.5e11}
+    assert json.loads(open(f"{path}/cpu-bfloat16.json").read()) == {"cpu/bfloat16": 1.5e11}
+    assert json.loads(open(f"{path}/cpu-float32.json").read()) == {"cpu/float32": 1.5e11}
 
 
 def test_trainer_peak_default_location(make_trainer, data_root, tmp_path, monkeypatch):
@@ -191,10 +192,10 @@ def test_trainer_peak_default_location(make_trainer, data_root, tmp_path, monkey
     root = tmp_path / "r"
     write_dataset(root, tokens=5000)
     trainer = make_trainer(root=str(root), peak_cache=None)
-    assert trainer.peak_cache == f"{root}/meta/cpu_peak.json"
+    assert trainer.peak_cache == f"{root}/meta/cpu_peak"
     assert not os.path.exists(trainer.peak_cache)  # nothing measured before a step
     metrics = trainer.tick()
-    assert json.loads(open(trainer.peak_cache).read()) == {"cpu/bfloat16": 2e11}
+    assert json.loads(open(f"{trainer.peak_cache}/cpu-bfloat16.json").read()) == {"cpu/bfloat16": 2e11}
     assert metrics["train/mfu"] > 0
 
 

@@ -129,28 +129,29 @@ def _write_json_atomic(path: str, data: dict) -> None:
 
 
 def cached_cpu_peak(path: str, device_kind: str, dtype: str, log: Any = logger) -> float:
-    """The measured matmul peak of this CPU for ``dtype``, from the JSON cache at ``path`` or measured once.
+    """The measured matmul peak of this CPU for ``dtype``: read from the folder ``path`` or measured once.
 
-    The cache is plain JSON keyed ``"<device kind>/<dtype>"`` (``"cpu/float32"``).
+    Each measurement is its own small JSON file (``<device kind>-<dtype>.json``),
+    written once and never modified, like everything else in a root.
 
     >>> import tempfile, os
-    >>> path = os.path.join(tempfile.mkdtemp(), "meta", "cpu_peak.json")
+    >>> path = os.path.join(tempfile.mkdtemp(), "meta", "cpu_peak")
     >>> first = cached_cpu_peak(path, "cpu", "float32")
     >>> cached_cpu_peak(path, "cpu", "float32") == first
     True
     """
     key = f"{device_kind}/{dtype}"
-    cache = _load_peak_cache(path)
-    if key in cache and cache[key] > 0:
-        return cache[key]
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{device_kind}-{dtype}")
+    file = f"{path}/{name}.json"
+    cached = _load_peak_cache(file).get(key)
+    if cached:
+        return cached
     peak = mfu.measure_cpu_peak(dtype)
-    log.info(f"MFU | measured {key} matmul peak {peak / 1e9:.1f} GFLOP/s, cached in {path}")
-    cache = _load_peak_cache(path)  # someone may have added other keys meanwhile
-    cache[key] = peak
+    log.info(f"MFU | measured {key} matmul peak {peak / 1e9:.1f} GFLOP/s, cached in {file}")
     try:
-        _write_json_atomic(path, cache)
+        _write_json_atomic(file, {key: peak})
     except OSError as error:  # a read-only root still trains
-        log.warning(f"MFU | could not cache the CPU peak in {path}: {error}")
+        log.warning(f"MFU | could not cache the CPU peak in {file}: {error}")
     return peak
 
 
@@ -203,8 +204,8 @@ class Trainer:
     - ``sidecars``: extra files for each checkpoint folder, a mapping name -> bytes/str
       or a callable ``step -> mapping`` (e.g. ``job.json``); ``rng.json`` and
       ``config.yaml`` are always written.
-    - ``peak_cache``: JSON file caching the measured CPU peak (default
-      ``<root>/meta/cpu_peak.json``); ``peak_flops`` overrides the peak.
+    - ``peak_cache``: folder caching the measured CPU peak, one JSON file per chip and dtype (default
+      ``<root>/meta/cpu_peak``); ``peak_flops`` overrides the peak.
     - ``seed``: seed of the base key of a fresh run (a restore reads ``rng.json``).
     - ``devices``, ``memory_budget_bytes`` (autobatch), ``progress`` (None: a bar
       when stderr is a terminal), ``log`` (a loguru-like logger).
@@ -243,7 +244,7 @@ class Trainer:
         self.on_checkpoint = on_checkpoint
         self.folder_fn = folder_fn
         self.sidecars = sidecars
-        self.peak_cache = peak_cache or f"{self.root}/meta/cpu_peak.json"
+        self.peak_cache = peak_cache or f"{self.root}/meta/cpu_peak"
         self._peak = peak_flops
         self.progress = progress
         self.seed = int(seed)
