@@ -178,6 +178,21 @@ class QuickJob:
         cls = get_job(self.job_key)
         return cls.create(self.store, self.run_name, self.config, base=self.base, branch=self.branched)
 
+    def shard(self, tp: int | None = None, fsdp: bool | None = None, zero: bool | None = None) -> QuickJob:
+        """Choose the layout of the pending training job: tensor-parallel degree, FSDP, ZeRO-1.
+
+        >>> import tempfile
+        >>> with quick(tempfile.mkdtemp()) as q:
+        ...     q.build("gpt/train/pretrain", "t").shard(tp=2, fsdp=True).config.shard.tp
+        2
+        """
+        if "shard" not in self.config:
+            raise ValueError(f"job {self.job_key!r} has no shard settings; only training jobs are sharded")
+        for key, value in (("tp", tp), ("fsdp", fsdp), ("zero", zero)):
+            if value is not None:
+                self.config.shard[key] = value
+        return self
+
     def __call__(self):
         """Create the pending job and run it (``job = q.build(); job()`` in the seed).
 

@@ -60,7 +60,7 @@ def test_huggingface_refuses_remote_code(tmp_path):
 
 
 def test_huggingface_local_folder(tmp_path):
-    tokenizers = pytest.importorskip("tokenizers")
+    import tokenizers
     vocab = {"[UNK]": 0, "hello": 1, "world": 2, "</s>": 3}
     hf = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
     hf.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()

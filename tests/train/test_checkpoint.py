@@ -357,33 +357,6 @@ def test_kill_9_during_saves_leaves_complete_or_refused_folders(tmp_path):
 # --- GCS (emulator) ----------------------------------------------------------------------
 
 
-@pytest.fixture
-def gcs_emulator():
-    """A gcp-storage-emulator on a free port of 127.0.0.1; yields its URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    exe = Path(sys.executable).with_name("gcp-storage-emulator")
-    proc = subprocess.Popen(
-        [str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.time() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.skip("gcp-storage-emulator did not start")
-            time.sleep(0.2)
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
 GCS_ROUND_TRIP = """
 import sys; sys.path.insert(0, {tests!r})
 import gcsfs, jax
@@ -391,13 +364,13 @@ from _subproc import gpt_params, train_state, leaf_hashes
 from theseus.train import checkpoint as ckpt
 from theseus.train.manifest import read_manifest
 
-gcsfs.GCSFileSystem().mkdir("theseus-test")
+gcsfs.GCSFileSystem().mkdir("theseus-test-ckpt")
 state = train_state(gpt_params(layers=0))
-folder = "gs://theseus-test/root/objects/node"
+folder = "gs://theseus-test-ckpt/root/objects/node"
 ckpt.save(folder, state, {{"config.yaml": "a: 1"}})
 target = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
 restored, report = ckpt.restore(folder, target, verify=True)
-listed = gcsfs.GCSFileSystem().find("theseus-test/root/objects/node")
+listed = gcsfs.GCSFileSystem().find("theseus-test-ckpt/root/objects/node")
 emit({{"same": leaf_hashes(restored) == leaf_hashes(state), "exact": report.exact,
        "objects": len(listed), "manifest": len(read_manifest(folder))}})
 """
