@@ -1,6 +1,5 @@
 """Reliability through the public API: concurrent writers, kill -9 mid-write, readers during compaction."""
 
-import json
 import os
 import random
 import signal

@@ -4,8 +4,6 @@ import json
 import os
 import random
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import secrets
-import time
 from typing import TYPE_CHECKING
 
 import pyarrow as pa

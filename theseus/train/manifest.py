@@ -14,7 +14,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -95,29 +94,10 @@ def write_atomic(location: str, data: bytes) -> None:
     >>> write_atomic(d + "/a.json", b"{}"); open(d + "/a.json", "rb").read()
     b'{}'
     """
-    if not is_local(location):
-        fs, path = fsspec.core.url_to_fs(location)
-        fs.pipe_file(path, bytes(data))
-        return
-    path = local_path(location)
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    from theseus.store import fs as rootfs
+
+    fs, path = rootfs.open_root(location)
+    rootfs.publish(fs, path, bytes(data))
 
 
 def read_bytes(location: str) -> bytes:

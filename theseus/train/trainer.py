@@ -52,6 +52,7 @@ from theseus.train import autobatch, mfu
 from theseus.train import checkpoint as ckpt
 from theseus.train.config import gpt_config, load_config, to_yaml
 from theseus.train.optimizer import make_optimizer, wsd_schedule
+from theseus.train.manifest import write_atomic
 from theseus.train.progress import TrainProgress
 from theseus.train.sharding import DATA, ShardConfig, data_sharding, describe, make_mesh, state_shardings
 from theseus.train.step import BATCH_KEYS, init_state, make_eval_step, make_train_step
@@ -113,19 +114,7 @@ def _load_peak_cache(path: str) -> dict[str, float]:
 
 
 def _write_json_atomic(path: str, data: dict) -> None:
-    raw = json.dumps(data, indent=2, sort_keys=True)
-    protocol, local = fsspec.core.split_protocol(path)
-    if protocol in (None, "file", "local"):
-        os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
-        tmp = f"{local}.tmp-{os.getpid()}-{time.monotonic_ns()}"
-        with open(tmp, "w") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, local)
-    else:
-        with fsspec.open(path, "w") as f:
-            f.write(raw)
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True).encode())
 
 
 def cached_cpu_peak(path: str, device_kind: str, dtype: str, log: Any = logger) -> float:
@@ -332,7 +321,6 @@ class Trainer:
         # ---- topology and batching logs --------------------------------------------
         self.topology = describe(self.mesh, self.shard)
         device = self.mesh.devices.flat[0]
-        dtype = self.model_config.activation_dtype
         self.topology["chip"] = {
             "name": str(getattr(device, "device_kind", device.platform)),
             "platform": device.platform,
