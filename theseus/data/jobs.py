@@ -98,54 +98,52 @@ class AlpacaSource:
 
 
 @dataclass
-class FinewebData:
+class ContiguousData:
+    """The ``data`` keys every contiguous tokenize job shares, in the seed's order."""
+
     val_pct: float = 0.05
     seed: int = 2357
     max_samples: int = -1
     max_tokens: int = -1
     suffix: str = ""
+
+
+@dataclass
+class FinewebData(ContiguousData):
     fineweb: FinewebSource = field(default_factory=FinewebSource)
     overwrite: bool = False
 
 
 @dataclass
-class TextData:
-    val_pct: float = 0.05
-    seed: int = 2357
-    max_samples: int = -1
-    max_tokens: int = -1
-    suffix: str = ""
+class TextData(ContiguousData):
     text: TextSource = field(default_factory=TextSource)
     overwrite: bool = False
 
 
 @dataclass
-class PydocData:
-    val_pct: float = 0.05
-    seed: int = 2357
-    max_samples: int = -1
-    max_tokens: int = -1
-    suffix: str = ""
+class PydocData(ContiguousData):
     overwrite: bool = False
 
 
 @dataclass
-class AdditionData:
+class PaddedData:
+    """The ``data`` keys every padded tokenize job shares (no token budget: rows are fixed-size)."""
+
     val_pct: float = 0.05
     seed: int = 2357
     max_samples: int = -1
     suffix: str = ""
+
+
+@dataclass
+class AdditionData(PaddedData):
     block_size: int = 32
     addition: AdditionSource = field(default_factory=AdditionSource)
     overwrite: bool = False
 
 
 @dataclass
-class AlpacaData:
-    val_pct: float = 0.05
-    seed: int = 2357
-    max_samples: int = -1
-    suffix: str = ""
+class AlpacaData(PaddedData):
     block_size: int = 512
     alpaca: AlpacaSource = field(default_factory=AlpacaSource)
     overwrite: bool = False

@@ -12,7 +12,7 @@ import polars as pl
 
 from theseus.store import schema
 from theseus.store.node import Node, check_nonce, decode_id, normalize_name
-from theseus.store.reader import NODE_COLUMNS, WRITTEN, find_corrupt, fold, scan
+from theseus.store.reader import NODE_COLUMNS, WRITTEN, find_corrupt, fold, latest_value, scan
 from theseus.store.segments import CorruptSegment
 
 if TYPE_CHECKING:
@@ -300,8 +300,8 @@ class Cursor:
                 done = (
                     log.filter(pl.col("key") == schema.FINISHED)
                     .group_by("name", "nonce")
-                    .agg(pl.col("bool").sort_by("stamp", "writer").last().alias("done"))
-                    .filter(pl.col("done"))
+                    .agg(latest_value(schema.FINISHED, "bool"))
+                    .filter(pl.col(schema.FINISHED))
                     .select("name", "nonce")
                 )
                 runs = runs.join(done, on=["name", "nonce"], how="semi" if value else "anti")

@@ -78,6 +78,12 @@ def value_expr(kind: str) -> pl.Expr:
     return pl.col(kind)
 
 
+def latest_value(key: str, kind: str) -> pl.Expr:
+    """Inside a ``group_by``: the group's latest value of ``key`` (by write stamp, then writer id)."""
+    mine = pl.col("key") == key
+    return value_expr(kind).filter(mine).sort_by(pl.col("stamp").filter(mine), pl.col("writer").filter(mine)).last().alias(key)
+
+
 def latest_records(frame: pl.LazyFrame) -> pl.LazyFrame:
     """Per (node, key), only the record with the highest write stamp (ties: the highest writer id).
 

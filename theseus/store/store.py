@@ -12,7 +12,7 @@ from theseus.store import schema
 from theseus.store.compact import compact
 from theseus.store.cursor import Cursor, EmptyResult
 from theseus.store.node import Node, decode_id
-from theseus.store.reader import WRITTEN, scan
+from theseus.store.reader import WRITTEN, fold, latest_value, scan
 from theseus.store.segments import FooterCache, list_segments
 from theseus.store.writer import Writer
 
@@ -70,8 +70,6 @@ class Store:
         """The folded node, reserved fields (``_job``, ``_config``, ``_status``...) included."""
         node_id = node.id if isinstance(node, Node) else node
         name, nonce, _ = decode_id(node_id)
-        from theseus.store.reader import fold
-
         paths = self._segments(name, nonce)
         rows = fold(scan(self.fs, paths).filter(pl.col("node") == node_id), self._footers.keys(paths)).collect()
         if rows.height == 0:
@@ -84,14 +82,10 @@ class Store:
         paths = self._segments("*", nonce)
         if not paths:
             raise EmptyResult(f"no run with nonce {nonce!r} in {self.root}")
-        from theseus.store.reader import value_expr
-
         log = scan(self.fs, paths).filter(pl.col("key").str.starts_with("_"))
         types = {k: t for k, t in self._footers.keys(paths).items() if k.startswith("_")}
         aggs = [pl.col("name").first()]
-        for key, kind in types.items():
-            mine = pl.col("key") == key
-            aggs.append(value_expr(kind).filter(mine).sort_by(pl.col("stamp").filter(mine)).last().alias(key))
+        aggs += [latest_value(key, kind) for key, kind in types.items()]
         row = log.group_by("nonce").agg(aggs).collect()
         return row.row(0, named=True) if row.height else {"nonce": nonce}
 
@@ -101,17 +95,12 @@ class Store:
         types = self._footers.keys(paths)
         log = scan(self.fs, paths)
         metrics = [k for k in ("train/loss", "val/loss", "train/tokens") if k in types]
-        from theseus.store.reader import value_expr
-
         aggs = [
             pl.col("node").n_unique().alias("nodes"),
             pl.col("seq").max().alias("last seq"),
             pl.col("stamp").max().alias(WRITTEN),
         ]
-        for key in [schema.STATUS, schema.FINISHED, schema.JOB, *metrics]:
-            if key in types:
-                mine = pl.col("key") == key
-                aggs.append(value_expr(types[key]).filter(mine).sort_by(pl.col("stamp").filter(mine)).last().alias(key))
+        aggs += [latest_value(key, types[key]) for key in [schema.STATUS, schema.FINISHED, schema.JOB, *metrics] if key in types]
         return log.group_by("name", "nonce").agg(aggs).sort(WRITTEN).collect()
 
     def compact(self, name: str = "*", nonce: str = "*") -> dict[str, int]:
