@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from theseus import cli_store
+from theseus import cli_audit, cli_dispatch, cli_replay, cli_store
 
 app = typer.Typer(
     name="theseus",
@@ -108,6 +108,9 @@ def run(
 
 
 cli_store.register(app)  # ls, show, compact
+cli_audit.register(app)  # audit, gc
+cli_replay.register(app)  # verify, plot
+cli_dispatch.register(app)  # submit, launch, logs
 
 
 if __name__ == "__main__":  # pragma: no cover
