@@ -1,7 +1,8 @@
 """Replay training steps from a restored trainer and compare them with the logged losses.
 
-The building blocks of ``theseus verify``: `replay` runs steps without reporting or
-checkpointing, `compare` classifies the result as bitwise / within tolerance / diverged.
+``theseus verify``: `verify` restores a node's checkpoint, `replay`s steps without
+reporting or checkpointing, and `compare`s them with the ``train/loss`` the store holds
+for those steps: bitwise / within tolerance / diverged. Nothing is written to the root.
 
 >>> compare({1: 2.5, 2: 2.25}, {1: 2.5, 2: 2.25}).status
 'bitwise'
@@ -18,7 +19,13 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import fsspec
 import jax
+
+from theseus.store import EmptyResult, Node, Store
+from theseus.store.schema import CHECKPOINT
+
+LOSS = "train/loss"
 
 
 def replay(trainer: Any, steps: int) -> dict[int, float]:
@@ -93,3 +100,120 @@ def compare(logged: Mapping[int, float], replayed: Mapping[int, float], rtol: fl
             first = k
     status = "bitwise" if bitwise else ("tolerance" if first is None else "diverged")
     return Verdict(status, steps, max_abs, max_rel, first)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verification:
+    """The outcome of `verify`: the node, the step it restored, the logged and replayed
+    losses by step (step k is the node at ``seq = node.seq + k - start``), and the `Verdict`.
+
+    >>> v = Verification("abc", 4, {5: 1.0}, {5: 1.0}, compare({5: 1.0}, {5: 1.0}))
+    >>> v.status, v.to_dict()["first_divergence"]
+    ('bitwise', None)
+    """
+
+    node: str
+    start: int
+    logged: dict[int, float]
+    replayed: dict[int, float]
+    verdict: Verdict
+
+    @property
+    def status(self) -> str:
+        """``bitwise``, ``tolerance`` or ``diverged``."""
+        return self.verdict.status
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (what ``theseus verify --json`` prints)."""
+        v = self.verdict
+        return {"node": self.node, "start_step": self.start, "status": v.status, "steps": v.steps,
+                "max_abs_diff": v.max_abs_diff, "max_rel_diff": v.max_rel_diff,
+                "first_divergence": v.first_divergence,
+                "losses": [{"step": k, "logged": self.logged[k], "replayed": self.replayed[k]} for k in v.steps]}
+
+
+def checkpoint_of(store: Store, node: str | Node) -> tuple[Node, str]:
+    """``(node, checkpoint url)`` of a node id that has a committed checkpoint; a clear
+    ValueError for a malformed id, an unknown node or a node without a checkpoint.
+
+    >>> import tempfile
+    >>> checkpoint_of(Store(tempfile.mkdtemp()), "not-an-id")
+    Traceback (most recent call last):
+    ...
+    ValueError: malformed node id 'not-an-id': expected URL-safe base64 of 'name:nonce:seq'
+    """
+    node = node if isinstance(node, Node) else Node.from_id(str(node))
+    try:
+        record = store.record(node)
+    except EmptyResult:
+        raise ValueError(f"no node {node.id} ({node.name}:{node.nonce}:{node.seq}) in {store.root}; "
+                         f"`theseus ls {store.root}` lists the runs") from None
+    path = record.get(CHECKPOINT)
+    if not path:
+        saved = [n.seq for n in store.find().name(node.name).nonce(node.nonce).checkpoint().all()]
+        hint = f"seqs with one: {saved}" if saved else "that run has no checkpoint at all"
+        raise ValueError(f"node {node.id} ({node.name}:{node.nonce}:{node.seq}) has no committed checkpoint "
+                         f"({hint})")
+    return node, store.url(path)
+
+
+def logged_losses(store: Store, node: Node) -> dict[int, float]:
+    """``{seq: train/loss}`` of the node's lineage after ``node`` (seq > node.seq).
+
+    >>> import tempfile
+    >>> store = Store(tempfile.mkdtemp())
+    >>> n = Node.start("doc")
+    >>> with store.writer() as w:
+    ...     for loss in (3.0, 2.5, 2.0):
+    ...         w.write(n, {"train/loss": loss}); n = n.next()
+    >>> logged_losses(store, Node(n.name, n.nonce, 0))
+    {1: 2.5, 2: 2.0}
+    """
+    rows = store.find().name(node.name).nonce(node.nonce).has(LOSS).frame().collect()
+    return {int(s): float(v) for s, v in zip(rows["seq"], rows[LOSS]) if s > node.seq}
+
+
+def verify(store: Store | str, node: str | Node, steps: int, rtol: float = 1e-5, atol: float = 0.0,
+           log: Any = None) -> Verification:
+    """Restore ``node``'s checkpoint, replay ``steps`` steps and compare with the logged losses.
+
+    The trainer is built from the checkpoint's own ``config.yaml`` and restored exactly
+    (``partial=False``) on this machine's devices; nothing is written to the root.
+    Bad input (malformed or unknown node, no checkpoint, ``steps`` < 1 or past the end
+    of the run, no logged loss in range) is a ValueError.
+
+    >>> import tempfile
+    >>> verify(tempfile.mkdtemp(), "Z2VuZXJhbC5kZWZhdWx0LnRyYWluLWdwdDo5NDllODg6MA", steps=2)
+    Traceback (most recent call last):
+    ...
+    ValueError: no node Z2VuZXJhbC5kZWZhdWx0LnRyYWluLWdwdDo5NDllODg6MA (general.default.train-gpt:949e88:0) in ...
+    """
+    from loguru import logger
+
+    from theseus.train.trainer import CONFIG_FILE, Trainer
+
+    store = store if isinstance(store, Store) else Store(store)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    node, folder = checkpoint_of(store, node)
+    logged = logged_losses(store, node)
+    # peak_flops NaN: no CPU peak is measured (or cached into the root) for a replay
+    with fsspec.open(f"{folder}/{CONFIG_FILE}", "r") as f:
+        config = f.read()
+    trainer = Trainer(config, store.root, log=log or logger,
+                      peak_flops=float("nan"), progress=False)
+    try:
+        trainer.restore(folder, partial=False)
+        start = trainer.step
+        if start + steps > trainer.total_steps:
+            raise ValueError(f"cannot replay {steps} steps from step {start}: the run ends at step "
+                             f"{trainer.total_steps}")
+        wanted = {start + i: node.seq + i for i in range(1, steps + 1)}
+        have = {step: logged[seq] for step, seq in wanted.items() if seq in logged}
+        if not have:
+            raise ValueError(f"no {LOSS} logged for seqs {node.seq + 1}..{node.seq + steps} of "
+                             f"{node.name}:{node.nonce}; logged seqs: {sorted(logged)[:20]}")
+        replayed = replay(trainer, steps)
+    finally:
+        trainer.close()
+    return Verification(node.id, start, have, replayed, compare(have, replayed, rtol=rtol, atol=atol))
