@@ -124,7 +124,7 @@ def plot(
     except (ValueError, EmptyResult, FileNotFoundError) as e:
         _fail(str(e), 2)
     lines = fig.axes[0].get_lines()
-    Console(highlight=False).print(f"wrote {out}: {len(lines)} line(s), "
+    Console(highlight=False, soft_wrap=True).print(f"wrote {out}: {len(lines)} line(s), "
                                    + ", ".join(f"{ln.get_label()} ({len(ln.get_xdata())} points)" for ln in lines))
 
 

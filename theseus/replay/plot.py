@@ -60,7 +60,8 @@ def series(store: Store | str, nonce: str, key: str, x: str = SEQ) -> tuple[list
 
 def plot(store: Store | str, nonces: Sequence[str], keys: Sequence[str], x: str = SEQ,
          out: str | os.PathLike | None = None, title: str | None = None) -> Figure:
-    """A figure with one line per (run, key), labelled ``run:nonce key``; saved as PNG to ``out`` if given.
+    """A figure with one line per (run, key), labelled ``run:nonce key`` (a colour per run, a
+    line style per key); saved as PNG to ``out`` if given.
 
     ``x`` is ``"seq"`` (the node's seq) or a logged key such as ``train/tokens``.
     ``out`` may be a local path or an fsspec URL. Returns the matplotlib ``Figure``
@@ -83,11 +84,13 @@ def plot(store: Store | str, nonces: Sequence[str], keys: Sequence[str], x: str 
     fig = Figure(figsize=(8, 5), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    for nonce in nonces:
+    styles = ["-", "--", ":", "-."]
+    for i, nonce in enumerate(nonces):  # a colour per run, a line style per key
         name = _run_name(store, nonce)
-        for key in keys:
+        for j, key in enumerate(keys):
             xs, ys = series(store, nonce, key, x)
-            ax.plot(xs, ys, marker="." if len(xs) < 50 else None, label=f"{name}:{nonce} {key}")
+            ax.plot(xs, ys, color=f"C{i % 10}", linestyle=styles[j % len(styles)],
+                    marker="." if len(xs) < 50 else None, label=f"{name}:{nonce} {key}")
     ax.set_xlabel(x)
     ax.set_ylabel(keys[0] if len(keys) == 1 else "value")
     ax.set_title(title or f"{', '.join(keys)} in {store.root}")
