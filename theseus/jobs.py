@@ -264,14 +264,17 @@ class Job:
 
     @classmethod
     def create(cls, store: Store | str | os.PathLike, name: str, config: Any = None, *,
-               overrides: Iterable[str] = (), base: Node | None = None, branch: bool = False) -> Job:
+               overrides: Iterable[str] = (), base: Node | None = None, branch: bool = False,
+               nonce: str | None = None) -> Job:
         """Validate ``config``, make the first node and ``setup()`` the job; nothing is written.
 
         ``config`` is a DictConfig, a dict or YAML text of values over the
         defaults (``None``: the defaults); ``overrides`` are ``key=value``
         strings applied after it. With ``base`` (a ``Node``) the job is restored
         from that node: it continues base's lineage at ``base.next()``, or starts
-        a new lineage with parent ``base`` when ``branch=True``.
+        a new lineage with parent ``base`` when ``branch=True``. ``nonce`` fixes the
+        nonce of a new lineage (the processes of a multi-host launch must agree on
+        their node ids); by default it is fresh.
 
         >>> import tempfile
         >>> job = get_job("data/tokenize/pydoc").create(tempfile.mkdtemp(), "tok", overrides=["data.max_samples=5"])
@@ -286,7 +289,15 @@ class Job:
         cfg = configs.apply_overrides(cfg, list(overrides))
         if base is not None and not isinstance(base, Node):
             base = Node.from_id(base) if isinstance(base, str) else base
-        node = Node.start(name, parent=base) if base is None or branch else base.next()
+        if base is not None and not branch:
+            node = base.next()
+            if nonce is not None and nonce != base.nonce:
+                raise ValueError(f"resuming {base.id} continues nonce {base.nonce!r}; got nonce {nonce!r} "
+                                 "(branch=True starts a new lineage with its own nonce)")
+        elif nonce is None:
+            node = Node.start(name, parent=base)
+        else:
+            node = Node(name, nonce, 0, base.id if base is not None else None)
         self = cls(_as_store(store), node, cfg, base=base)
         self.log.debug(f"JOB {node.run} | building state")
         if base is None:
