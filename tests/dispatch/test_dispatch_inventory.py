@@ -25,7 +25,7 @@ clusters:
     data_dir: /shared/data
   - name: gcp
     root: gs://bucket/runs
-    work_dir: /tmp/theseus
+    work_dir: ~/theseus
 hosts:
   - name: box
     type: ssh
@@ -90,6 +90,7 @@ def test_every_host_type_is_read_with_its_fields_and_defaults(tmp_path):
     inv = load_inventory(write(tmp_path, GOOD))
     assert [c.name for c in inv.clusters] == ["lab", "gcp"]
     assert inv.cluster("lab").data_dir == "/shared/data" and inv.cluster("gcp").checkpoint_dir is None
+    assert inv.cluster("gcp").work_dir == "~/theseus"  # resolved against the remote home by the launchers
     box, hpc, k8s, pod = inv.hosts
     assert isinstance(box, SshHost) and box.type == "ssh"
     assert (box.address, box.port, box.user, box.chips, box.memory_gb, box.cpus) == ("127.0.0.1", 2222, "me", 4, 16.0, 8)
@@ -142,11 +143,12 @@ BAD = [
     ("unknown field", HOST.replace("memory_gb: 16", "memroy_gb: 16"), "memroy_gb", "host 'box' field 'memroy_gb': unknown field; did you mean 'memory_gb'?"),
     ("unknown cluster", HOST.replace("cluster: lab", "cluster: lba"), "cluster: lba", "host 'box' field 'cluster': unknown cluster 'lba'; did you mean 'lab'?"),
     ("port out of range", HOST.replace("port: 2222", "port: 70000"), "port: 70000", "field 'port': must be a port number"),
-    ("zero chips", HOST.replace("chips: 4", "chips: 0"), "chips: 0", "field 'chips': must be at least 1"),
+    ("zero chips", HOST.replace("chips: 4", "chips: 0"), "chips: 0", "field 'chips': must be positive, got 0"),
     ("env value not text", HOST.replace('TAG: "v1"', "TAG: true"), "TAG: true", "field 'env' key 'TAG': expected a string value"),
     ("field given twice", HOST.replace("cpus: 8", "cpus: 8\n    cpus: 9"), "cpus: 9", "field 'cpus': given twice"),
     ("duplicate host", HOST + "  - {name: box, type: ssh, cluster: lab, chip: cpu, address: b, chips: 1}\n", "{name: box", "host 'box': duplicate host name"),
-    ("relative work_dir", HOST.replace("work_dir: /scratch/theseus", "work_dir: ~/theseus"), "work_dir: ~/theseus", "cluster 'lab' field 'work_dir': must be an absolute path"),
+    ("relative work_dir", HOST.replace("work_dir: /scratch/theseus", "work_dir: theseus"), "work_dir: theseus", "cluster 'lab' field 'work_dir': must be an absolute path or start with ~/"),
+    ("relative root", HOST.replace("root: /shared/runs", "root: runs"), "root: runs", "cluster 'lab' field 'root': must be an absolute path"),
     ("unknown top-level key", HOST.replace("hosts:", "hostz:"), "hostz:", "inventory field 'hostz': unknown field; did you mean 'hosts'?"),
     ("hosts not a list", HOST.split("hosts:")[0] + "hosts: {box: 1}\n", "hosts: {box", "hosts: expected a list, got a mapping"),
     ("volcano volume incomplete", HOST + "  - {name: v, type: volcano, cluster: lab, chip: cpu, namespace: n, image: i, chips: 1, volume: {claim: c}}\n",

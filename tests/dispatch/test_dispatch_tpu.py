@@ -137,6 +137,8 @@ def test_only_a_matching_tpu_placement_makes_commands():
     ssh = SshHost(name="box", cluster="gcp", chip="cpu", address="a", chips=4)
     with pytest.raises(TypeError, match="TPU commands need a tpu host, got ssh host 'box'"):
         tpu_commands(SPEC, Placement(ssh, placement(tpu()).cluster, 1, 1, 4), tarball="t")
+    with pytest.raises(ValueError, match="TPU workers need an absolute work_dir, got '~/theseus' in cluster 'gcp'"):
+        tpu_commands(SPEC, placement(tpu(), "~/theseus"), tarball="t")
     wrong = Placement(tpu(), placement(tpu()).cluster, 1, 1, 8)
     with pytest.raises(ValueError, match="slice v5p-16 has 2 workers, the placement asks for 1 processes"):
         tpu_commands(SPEC, wrong, tarball="t")

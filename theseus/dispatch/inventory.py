@@ -2,8 +2,9 @@
 
 The file (``~/.theseus.yaml`` unless ``--inventory`` names another) has two
 lists. A *cluster* is a place that shares one root: ``name``, ``root`` (an
-absolute path or ``gs://`` URL every host of it can write), ``work_dir`` (the
-absolute path where code is unpacked on its hosts), and optionally
+absolute path or ``gs://`` URL every host of it can write), ``work_dir`` (where
+code is unpacked on its hosts: an absolute path, or ``~/...`` in the remote
+home), and optionally
 ``data_dir`` / ``checkpoint_dir``.
 A *host* belongs to a cluster and has a ``type``:
 
@@ -83,7 +84,7 @@ class InventoryError(ValueError):
 
 
 def _positive(f: str, v: Any) -> str | None:
-    return f"must be at least 1, got {v}" if v is not None and v < 1 else None
+    return f"must be positive, got {v:g}" if v is not None and v <= 0 else None
 
 
 def _port(f: str, v: int) -> str | None:
@@ -100,13 +101,15 @@ def _slurm_time(f: str, v: str | None) -> str | None:
 
 
 def _absolute(f: str, v: str | None) -> str | None:
-    if v is None or v.startswith("/"):
+    if v is None or v.startswith("/") or v == "~" or v.startswith("~/"):
         return None
-    return f"must be an absolute path (a remote shell does not expand ~ or resolve relative paths), got {v!r}"
+    return f"must be an absolute path or start with ~/ (the remote home), got {v!r}"
 
 
 def _location(f: str, v: str | None) -> str | None:
-    return None if v is None or "://" in v else _absolute(f, v)
+    if v is None or "://" in v or v.startswith("/"):
+        return None
+    return f"must be an absolute path or a URL (gs://...) that means the same on every host, got {v!r}"
 
 
 def _check(*fns):
@@ -251,7 +254,8 @@ def _tpu_shape(accelerator_type: str) -> tuple[int, int]:
     if devices <= single:
         return devices, 1
     if devices % per_worker:
-        raise ValueError(f"TPU accelerator type {accelerator_type!r}: {devices} devices do not fill whole {per_worker}-device VMs")
+        raise ValueError(f"TPU accelerator type {accelerator_type!r}: {devices} devices do not fill "
+                         f"whole {per_worker}-device VMs")
     return devices, devices // per_worker
 
 
@@ -389,12 +393,14 @@ class _Reader:
         if root is None:
             raise self.error(None, "inventory", "the file is empty (expected 'clusters:' and 'hosts:')")
         if isinstance(root, yaml.MappingNode):  # `x-...` keys hold YAML anchors for the rest of the file
-            root.value = [(k, v) for k, v in root.value if not (isinstance(k, yaml.ScalarNode) and str(k.value).startswith("x-"))]
+            root.value = [(k, v) for k, v in root.value
+                          if not (isinstance(k, yaml.ScalarNode) and str(k.value).startswith("x-"))]
         top = self.mapping(root, "inventory", {"clusters", "hosts"})
         for key in ("clusters", "hosts"):
             if key not in top:
                 raise self.error(root, "inventory", f"missing '{key}:' (a list, may be empty)")
-        clusters = tuple(self.record(Cluster, n, _label(n, "cluster", i)) for i, n in enumerate(self.items(top["clusters"][1], "clusters")))
+        cluster_nodes = self.items(top["clusters"][1], "clusters")
+        clusters = tuple(self.record(Cluster, n, _label(n, "cluster", i)) for i, n in enumerate(cluster_nodes))
         self.unique(clusters, top["clusters"][1], "cluster")
         names = [c.name for c in clusters]
         hosts = []
@@ -402,7 +408,7 @@ class _Reader:
             host = self.host(node, i)
             if host.cluster not in names:
                 value = self.mapping(node, "", None)["cluster"][1]
-                raise self.error(value, f"host '{host.name}' field 'cluster'", f"unknown cluster {host.cluster!r}{_hint(host.cluster, names)} (clusters: {', '.join(names) or 'none'})")
+                raise self.error(value, f"host '{host.name}' field 'cluster'", _unknown("cluster", host.cluster, names))
             hosts.append(host)
         self.unique(hosts, top["hosts"][1], "host")
         return Inventory(clusters=clusters, hosts=tuple(hosts), path=self.path)
@@ -415,7 +421,7 @@ class _Reader:
         kind_node = entries["type"][1]
         kind = kind_node.value if isinstance(kind_node, yaml.ScalarNode) else None
         if kind not in HOST_TYPES:
-            raise self.error(kind_node, f"{label} field 'type'", f"unknown host type {kind!r}{_hint(str(kind), list(HOST_TYPES))} (types: {', '.join(HOST_TYPES)})")
+            raise self.error(kind_node, f"{label} field 'type'", _unknown("host type", kind, list(HOST_TYPES), "types"))
         return self.record(HOST_TYPES[kind], node, label, skip={"type"})
 
     def unique(self, items, node: yaml.Node, kind: str) -> None:
@@ -440,7 +446,7 @@ class _Reader:
             if not isinstance(key, str):
                 raise self.error(key_node, where, "keys must be plain names")
             if known is not None and key not in known:
-                raise self.error(key_node, f"{where} field {key!r}", f"unknown field{_hint(key, sorted(known))} (fields: {', '.join(sorted(known))})")
+                raise self.error(key_node, f"{where} field {key!r}", _unknown("field", key, sorted(known), "", quote=False))
             if key in out:
                 raise self.error(key_node, f"{where} field {key!r}", "given twice")
             out[key] = (key_node, value_node)
@@ -451,9 +457,11 @@ class _Reader:
         fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
         hints = typing.get_type_hints(cls)
         entries = self.mapping(node, label, set(fields) | set(skip))
-        missing = [n for n, f in fields.items() if n not in entries and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        required = [n for n, f in fields.items() if f.default is f.default_factory is dataclasses.MISSING]
+        missing = [n for n in required if n not in entries]
         if missing:
-            raise self.error(node, label, f"missing field{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}")
+            s = "s" if len(missing) > 1 else ""
+            raise self.error(node, label, f"missing field{s} {', '.join(repr(m) for m in missing)}")
         values = {}
         for key, (_, value_node) in entries.items():
             if key in skip:
@@ -468,7 +476,7 @@ class _Reader:
         return cls(**values)
 
     def value(self, hint: Any, node: yaml.Node, where: str) -> Any:
-        """``node`` converted to the type ``hint`` (str, int, float, bool, Optional, tuple[str, ...], dict[str, str], a dataclass)."""
+        """``node`` as ``hint``: str, int, float, bool, Optional, tuple[str, ...], dict[str, str] or a dataclass."""
         origin, args = typing.get_origin(hint), typing.get_args(hint)
         if origin in (typing.Union, types.UnionType) and type(None) in args:
             if _is_null(node):
@@ -525,6 +533,12 @@ def _label(node: yaml.Node, kind: str, i: int) -> str:
             if isinstance(k, yaml.ScalarNode) and k.value == "name" and isinstance(v, yaml.ScalarNode) and not _is_null(v):
                 return f"{kind} {v.value!r}"
     return f"{kind} #{i + 1}"
+
+
+def _unknown(what: str, word: str | None, choices: list[str], plural: str = "", quote: bool = True) -> str:
+    """``unknown cluster 'lba'; did you mean 'lab'? (clusters: lab, gcp)``."""
+    named = f" {word!r}" if quote else ""
+    return f"unknown {what}{named}{_hint(str(word), choices)} ({plural or what + 's'}: {', '.join(choices) or 'none'})"
 
 
 def _hint(word: str, choices: list[str]) -> str:

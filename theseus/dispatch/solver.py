@@ -138,7 +138,8 @@ def solve(inventory: Inventory, request: Request) -> Placement:
         if name not in names:
             near = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
             hint = f"; did you mean {near[0]!r}?" if near else ""
-            raise ValueError(f"unknown cluster {name!r} in the request{hint} (clusters in {inventory.path}: {', '.join(names) or 'none'})")
+            raise ValueError(f"unknown cluster {name!r} in the request{hint} "
+                             f"(clusters in {inventory.path}: {', '.join(names) or 'none'})")
     rank = {name: i for i, name in enumerate(request.prefer)}
     hosts = sorted(inventory.hosts, key=lambda h: rank.get(h.cluster, len(rank)))  # stable: inventory order within a rank
     reasons = {}

@@ -65,6 +65,9 @@ def tpu_commands(spec: LaunchSpec, placement: Placement, *, tarball: str, keep: 
     if placement.processes != host.workers:
         raise ValueError(f"slice {host.accelerator_type} has {host.workers} workers, the placement asks for "
                          f"{placement.processes} processes (one per worker)")
+    if not cluster.work_dir.startswith("/"):
+        raise ValueError(f"TPU workers need an absolute work_dir, got {cluster.work_dir!r} in cluster {cluster.name!r}: "
+                         "the commands are written before any worker exists, so ~ cannot be resolved (try /tmp/theseus)")
     name = job_name(spec)
     where = [f"--zone={host.zone}", f"--project={host.project}"]
     remote = posixpath.join(cluster.work_dir, f"{spec.revision}.tar.gz")
@@ -87,10 +90,11 @@ def worker_preamble(processes: int) -> list[str]:
     >>> worker_preamble(1)
     ['export THESEUS_NUM_PROCESSES=1']
     >>> print("\\n".join(worker_preamble(2)[1:]))
-    meta() { curl -sf -H 'Metadata-Flavor: Google' "http://metadata.google.internal/computeMetadata/v1/instance/attributes/$1"; }
+    meta() { curl -sf -H 'Metadata-Flavor: Google' "http://metadata.google.internal/.../attributes/$1"; }
     THESEUS_PROCESS_ID="$(meta agent-worker-number)"
     FIRST="$(meta worker-network-endpoints | cut -d, -f1 | cut -d: -f3)"
-    export THESEUS_PROCESS_ID="${THESEUS_PROCESS_ID:?no worker number}" THESEUS_COORDINATOR="${FIRST:?no worker 0 address}:8476"
+    export THESEUS_PROCESS_ID="${THESEUS_PROCESS_ID:?no worker number}"
+    export THESEUS_COORDINATOR="${FIRST:?no worker 0 address}:8476"
     """
     lines = [f"export THESEUS_NUM_PROCESSES={processes}"]
     if processes > 1:
@@ -98,7 +102,8 @@ def worker_preamble(processes: int) -> list[str]:
             f"meta() {{ curl -sf -H 'Metadata-Flavor: Google' \"{METADATA}/$1\"; }}",
             'THESEUS_PROCESS_ID="$(meta agent-worker-number)"',
             'FIRST="$(meta worker-network-endpoints | cut -d, -f1 | cut -d: -f3)"',
-            f'export THESEUS_PROCESS_ID="${{THESEUS_PROCESS_ID:?no worker number}}" THESEUS_COORDINATOR="${{FIRST:?no worker 0 address}}:{COORDINATOR_PORT}"',
+            'export THESEUS_PROCESS_ID="${THESEUS_PROCESS_ID:?no worker number}"',
+            f'export THESEUS_COORDINATOR="${{FIRST:?no worker 0 address}}:{COORDINATOR_PORT}"',
         ]
     return lines
 

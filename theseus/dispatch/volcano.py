@@ -55,8 +55,8 @@ from theseus.dispatch.inventory import VolcanoHost
 from theseus.dispatch.solver import Placement
 from theseus.dispatch.spec import LaunchSpec
 
-__all__ = ["COORDINATOR_PORT", "POD_WORK_DIR", "ManifestError", "job_name", "launch_script", "manifest_yaml", "validate_manifest",
-           "volcano_manifest"]
+__all__ = ["COORDINATOR_PORT", "POD_WORK_DIR", "ManifestError", "job_name", "launch_script", "manifest_yaml",
+           "validate_manifest", "volcano_manifest"]
 
 COORDINATOR_PORT = 8476
 POD_WORK_DIR = "/tmp/theseus"
@@ -201,7 +201,8 @@ def validate_manifest(manifest: dict[str, Any]) -> None:
     errors = sorted(validator.iter_errors(manifest), key=lambda e: [str(p) for p in e.absolute_path])
     if errors:
         lines = [f"  {_path(e.absolute_path) or '(top)'}: {e.message}" for e in errors]
-        raise ManifestError("Volcano Job manifest breaks the schema (theseus/dispatch/schemas/volcano-job.json):\n" + "\n".join(lines))
+        head = "Volcano Job manifest breaks the schema (theseus/dispatch/schemas/volcano-job.json):"
+        raise ManifestError("\n".join([head, *lines]))
 
 
 def manifest_yaml(manifest: dict[str, Any]) -> str:
