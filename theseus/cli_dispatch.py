@@ -1,9 +1,126 @@
-"""The ``theseus submit / launch / logs: run jobs on other machines`` commands."""
+"""The ``theseus launch / submit / logs`` commands: run jobs as several processes, on other machines.
+
+::
+
+    theseus launch gpt/train/pretrain train-gpt /tmp/root training.per_device_batch_size=2 --processes 2 --devices-per-process 2
+    theseus logs /tmp/root 949e88
+
+``launch`` starts N local processes under ``jax.distributed`` (one run, one root);
+``submit`` picks a host from the inventory and starts the run there; ``logs``
+prints what the processes of a launched run wrote. Bad input (unknown job or
+config key, wrong type, autobatch with several processes, unknown node) exits
+with code 2 before anything starts and writes nothing.
+
+>>> from typer.testing import CliRunner
+>>> from theseus.cli import app
+>>> CliRunner().invoke(app, ["launch", "data/tokenize/nope", "r", "/tmp/nowhere"]).exit_code
+2
+"""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.markup import escape
+
+# Errors that mean "bad input": a clear message and exit code 2, no traceback.
+_BAD_INPUT = (KeyError, ValueError, TypeError, FileNotFoundError, FileExistsError, NotImplementedError, LookupError)
+
+
+def _fail(message: str, code: int) -> None:
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/bold red] {escape(message)}")
+    raise typer.Exit(code)
+
+
+def _say(message: str) -> None:
+    Console(stderr=True, highlight=False, soft_wrap=True).print(message)
+
+
+def launch(
+    job_key: Annotated[str, typer.Argument(help="A registered job key, e.g. gpt/train/pretrain")],
+    run_name: Annotated[str, typer.Argument(help="The run name: 'run' or 'project.group.run'")],
+    root: Annotated[str, typer.Argument(help="The root folder or gs:// URL every process writes to")],
+    overrides: Annotated[list[str] | None, typer.Argument(help="Config overrides, e.g. training.tokens=100000")] = None,
+    processes: Annotated[int, typer.Option("--processes", "-n", help="How many processes (jax.distributed)")] = 1,
+    devices_per_process: Annotated[int | None, typer.Option(
+        "--devices-per-process", help="Run each process on the CPU with this many virtual devices")] = None,
+    resume: Annotated[str | None, typer.Option("--resume", help="Continue the run from this node id")] = None,
+    branch: Annotated[str | None, typer.Option("--branch", help="Start RUN_NAME as a branch of this node id")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Stop every process after this many seconds")] = 3600.0,
+) -> None:
+    """Run JOB_KEY as RUN_NAME in ROOT as N local processes under jax.distributed.
+
+    Every process writes to ROOT: process 0 the log records, each its own checkpoint
+    shards and its output (``theseus logs ROOT NONCE``). Exit code 0 when every
+    process succeeded, 1 when the run failed (recorded in the root), 2 on bad input.
+    \f
+    >>> from typer.testing import CliRunner
+    >>> from theseus.cli import app
+    >>> result = CliRunner().invoke(app, ["launch", "gpt/train/pretrain", "r", "/tmp/nowhere", "--processes", "2"])
+    >>> result.exit_code, "per_device_batch_size=-1" in result.output
+    (2, True)
+    """
+    from theseus.dispatch.local import launch_local
+    from theseus.dispatch.spec import build_spec
+
+    if resume and branch:
+        _fail("--resume and --branch exclude each other: continue a run, or start a branch of it", 2)
+    try:
+        spec = build_spec(root, job_key, run_name, overrides or [], base_node=resume or branch, branch=bool(branch))
+        _say(f"launch | {spec.job_key} {spec.first_node().name} nonce [bold]{spec.nonce}[/bold] | "
+             f"{processes} process(es) | root {spec.root}")
+        result = launch_local(spec, processes, devices_per_process, timeout=timeout)
+    except _BAD_INPUT as e:
+        _fail(str(e), 2)
+    if result.ok:
+        _say(f"launch | run {spec.nonce} done in {result.seconds:.1f} s")
+        return
+    why = "past its deadline" if result.timed_out else f"exit codes {list(result.returncodes)}"
+    _fail(f"run {spec.nonce} failed ({why}); its output: theseus logs {spec.root} {spec.nonce}", result.returncode)
+
+
+def logs(
+    root: Annotated[str, typer.Argument(help="The root folder or gs:// URL")],
+    nonce: Annotated[str, typer.Argument(help="The run's nonce (6 hex characters)")],
+    process: Annotated[int | None, typer.Option("--process", "-p", help="Only this process")] = None,
+    tail: Annotated[int | None, typer.Option("--tail", help="Only the last N lines of each output")] = None,
+) -> None:
+    """Print the output of every process of every launch of run NONCE.
+
+    \f
+    >>> from typer.testing import CliRunner
+    >>> from theseus.cli import app
+    >>> import tempfile
+    >>> CliRunner().invoke(app, ["logs", tempfile.mkdtemp(), "abcdef"]).exit_code
+    2
+    """
+    from theseus.dispatch.logs import find_logs
+
+    try:
+        found = find_logs(root, nonce, process)
+    except _BAD_INPUT as e:
+        _fail(str(e), 2)
+    if not found:
+        which = f"process {process} of " if process is not None else ""
+        _fail(f"{which}run {nonce} has no published output in {root} (was it launched with theseus launch/submit?)", 1)
+    console = Console(highlight=False, soft_wrap=True)
+    for log in found:
+        console.rule(escape(log.title))
+        text = log.text()
+        if tail is not None:
+            text = "\n".join(text.splitlines()[-tail:]) + "\n"
+        console.out(text, end="", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
-    """Add these commands to a Typer app."""
+    """Add these commands to a Typer app.
+
+    >>> import typer
+    >>> app = typer.Typer()
+    >>> register(app); sorted(c.name or c.callback.__name__ for c in app.registered_commands)
+    ['launch', 'logs']
+    """
+    app.command(context_settings={"ignore_unknown_options": True})(launch)
+    app.command()(logs)

@@ -59,7 +59,7 @@ from collections.abc import Mapping, Sequence
 
 from theseus.dispatch.spec import LaunchSpec
 
-__all__ = ["BadInput", "ProcessInfo", "bootstrap_script", "check_spec", "log_path", "main", "process_info"]
+__all__ = ["BadInput", "ProcessInfo", "bootstrap_script", "check_spec", "log_path", "main", "process_info", "publish_log"]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 TAIL_LINES = 60
@@ -67,6 +67,14 @@ TAIL_LINES = 60
 
 class BadInput(ValueError):
     """Input refused before anything is written to the root (exit code 2)."""
+
+
+class Terminated(BaseException):
+    """The worker got SIGTERM (its deadline passed or the launch was cancelled); the job records it as failed."""
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated(f"stopped by signal {signum}: the launch's deadline passed or it was cancelled")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,6 +255,15 @@ def run_worker(spec: LaunchSpec, info: ProcessInfo) -> int:
     >>> run_worker.__name__
     'run_worker'
     """
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _work(spec, info)
+    except Terminated as e:
+        print(f"[theseus bootstrap] {e}", file=sys.stderr, flush=True)
+        return 128 + signal.SIGTERM
+
+
+def _work(spec: LaunchSpec, info: ProcessInfo) -> int:
     from theseus import logs
 
     logs.setup(os.environ.get("THESEUS_LOG_LEVEL") or "INFO")
@@ -301,8 +318,17 @@ def _pump(stream, sinks) -> None:
                 pass
 
 
-def _publish_log(spec: LaunchSpec, process_id: int, data: bytes) -> str:
-    """Publish ``data`` as this process's log of the launch (a fresh name if one is there already)."""
+def publish_log(spec: LaunchSpec, process_id: int, data: bytes) -> str:
+    """Publish ``data`` as process ``process_id``'s output of the launch; returns the path.
+
+    Published files are never rewritten: a second output of the same process and
+    launch (a relaunch of the same spec) becomes ``process-<i>.2.log``, and so on.
+
+    >>> import tempfile
+    >>> spec = LaunchSpec("k/x", "run", "", tempfile.mkdtemp(), nonce="abcdef")
+    >>> [publish_log(spec, 0, b"out").rsplit("/", 1)[1] for _ in range(2)]
+    ['process-0.log', 'process-0.2.log']
+    """
     from theseus.store import Store
     from theseus.store import fs as rootfs
 
@@ -346,14 +372,31 @@ def supervise(spec_path: str, info: ProcessInfo, timeout: float | None = None) -
     command = [sys.executable, "-m", "theseus.dispatch.bootstrap", "--worker", spec_path, *info.args()]
     env = {**os.environ, **spec.env, "PYTHONUNBUFFERED": "1"}
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-    previous = {}
 
-    def forward(signum, frame):
+    def forward(signum, frame):  # to the worker while it runs; ignored while the output is published
         if child.poll() is None:
             child.send_signal(signum)
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        previous[signum] = signal.signal(signum, forward)
+    previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        output, returncode = _watch(child, timeout)
+        if returncode == EXIT_BAD_INPUT:
+            return returncode  # refused before anything was written; the message is on stdout
+        try:
+            path = publish_log(spec, info.process_id, output)
+            print(f"[theseus bootstrap] process {info.process_id} output published to {path}", flush=True)
+            if returncode != EXIT_OK and info.process_id == 0 and _record_crash(spec, returncode, output):
+                print(f"[theseus bootstrap] recorded the run {spec.nonce} as failed (code {returncode})", flush=True)
+        except Exception as e:  # never hide the worker's own exit code
+            print(f"[theseus bootstrap] could not publish the output into {spec.root}: {e}", flush=True)
+        return returncode if returncode in (EXIT_OK, EXIT_FAILED) else EXIT_FAILED
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _watch(child: subprocess.Popen, timeout: float | None) -> tuple[bytes, int]:
+    """Tee the child's output to stdout and memory until it exits (stopping it at ``timeout``)."""
     with tempfile.TemporaryFile() as capture:
         out = getattr(sys.stdout, "buffer", sys.stdout)
         pump = threading.Thread(target=_pump, args=(child.stdout, [out, capture]), daemon=True)
@@ -367,25 +410,15 @@ def supervise(spec_path: str, info: ProcessInfo, timeout: float | None = None) -
             except subprocess.TimeoutExpired:
                 child.kill()
                 returncode = child.wait()
+            pump.join(timeout=10)
             note = f"\n[theseus bootstrap] deadline of {timeout:.0f} s passed: worker stopped\n".encode()
             capture.write(note)
             out.write(note)
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            out.flush()
         pump.join(timeout=10)
         capture.seek(0)
-        output = capture.read()
-    if returncode == EXIT_BAD_INPUT:
-        return returncode  # refused before anything was written; the message is on stdout
-    try:
-        path = _publish_log(spec, info.process_id, output)
-        print(f"[theseus bootstrap] process {info.process_id} output published to {path}", flush=True)
-        if returncode != EXIT_OK and info.process_id == 0 and _record_crash(spec, returncode, output):
-            print(f"[theseus bootstrap] recorded the run {spec.nonce} as failed (code {returncode})", flush=True)
-    except Exception as e:  # never hide the worker's own exit code
-        print(f"[theseus bootstrap] could not publish the output into {spec.root}: {e}", file=sys.stderr, flush=True)
-    return returncode if returncode >= 0 else EXIT_FAILED
+        return capture.read(), returncode
+
 
 
 # ---------------------------------------------------------------------- remote hosts

@@ -108,7 +108,7 @@ def measure_cpu_peak(dtype="float32", size: int = 2048, reps: int = 3, max_secon
     True
     """
     _dtype_name(dtype)  # validates
-    cpu = jax.devices("cpu")[0]
+    cpu = jax.local_devices(backend="cpu")[0]  # with several processes, devices("cpu")[0] may be another host's
     a = jax.device_put(jnp.ones((size, size), dtype), cpu)
     b = jax.device_put(jnp.full((size, size), 0.5, a.dtype), cpu)
     matmul = jax.jit(jnp.matmul)

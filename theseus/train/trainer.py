@@ -545,7 +545,9 @@ class Trainer:
         if self._peak is None:
             device = self.mesh.devices.flat[0]
             dtype = self.model_config.activation_dtype
-            if device.platform == "cpu":
+            if device.platform == "cpu" and jax.process_index() != 0:
+                self._peak = float("nan")  # only process 0 writes metrics: the others neither measure nor cache
+            elif device.platform == "cpu":
                 self._peak = cached_cpu_peak(self.peak_cache, str(device.device_kind), dtype, self.log)
             else:
                 chip = mfu.chip_peak(device, dtype)
