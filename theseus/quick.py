@@ -80,7 +80,8 @@ class QuickJob:
 
         Returns the session (so ``q.build(...).create()`` works). An unknown key
         raises naming close matches. With no arguments it rebuilds the job last
-        restored by ``q.find()...resume()`` / ``branch()``.
+        restored by ``q.find()...resume()`` / ``branch()``, keeping the edits made
+        to ``q.config`` since.
 
         >>> import tempfile
         >>> with quick(tempfile.mkdtemp()) as q:
@@ -95,6 +96,9 @@ class QuickJob:
                 raise ValueError("nothing to rebuild: call q.find()...resume() (or branch()) first, "
                                  "or q.build(job_key, run_name) for a new job")
             key, name, config_yaml, base, branch = self._restored
+            if self._config is not None and (self.job_key, self.run_name, self.base, self.branched) == (
+                    key, name, base, branch):
+                return self  # already the restored job: keep the edits made to q.config since resume()
             cls = get_job(key)
             self.job_key, self.run_name, self.base, self.branched = key, name, base, branch
             from theseus.config import from_yaml
@@ -145,6 +149,7 @@ class QuickJob:
                         "continuing as a branch (fresh nonce, parent = that node)")
             branch = True
         self._restored = (key, node.name, config_yaml or "", node, branch)
+        self._config = None  # a new restore starts from the run's saved config
         return self.build()
 
     @property
