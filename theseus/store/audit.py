@@ -1,0 +1,897 @@
+"""Audit a root offline, and collect its garbage: ``theseus audit`` / ``theseus gc``.
+
+The audit reads the log once (Parquet), every checkpoint's ``MANIFEST.json`` and
+``checkpoint/index.json`` (JSON) and ``config.yaml`` (``yaml.safe_load``), and
+streams every checkpoint file once through sha256. Nothing read from the root is
+executed or unpickled (DESIGN.md invariant 4), so a root copied from a stranger
+can be audited safely; this module imports no JAX.
+
+It reports, per run: the lineage from seq 0 to the last node (gaps, the node a
+branch started from, the nodes a run was resumed at), the config at each
+checkpoint and what changed from the checkpoint before (or, for a branch, from
+the checkpoint it started from), and the run's status with its error. Problems
+are ``error`` (an integrity failure: a corrupt, missing or unlisted checkpoint
+file, an unreadable log segment, an inconsistent record) or ``warning`` (a failed
+or unfinished run, an object folder no checkpoint record references).
+
+>>> import tempfile
+>>> from theseus.store import Node, Store
+>>> root = tempfile.mkdtemp()
+>>> node = Node.start("doc-audit")
+>>> with Store(root).writer() as w:
+...     w.job(node, "doc/job", "lr: 0.1\\n")
+...     w.finished(node.next())
+>>> report = audit(root)
+>>> report.ok, [(r.status, r.last_seq) for r in report.runs]
+(True, [('finished', 1)])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import fsspec
+import polars as pl
+import yaml
+
+from theseus.store import fs as rootfs
+from theseus.store import schema
+from theseus.store.node import check_nonce, decode_id, encode_id
+from theseus.store.reader import empty_frame, latest_records, scan
+from theseus.store.segments import list_segments
+
+__all__ = ["AuditReport", "Change", "CheckpointAudit", "GcReport", "Problem", "Resume", "RunAudit", "audit", "flatten", "gc"]
+
+OBJECTS = "objects"
+MANIFEST = "MANIFEST.json"
+MANIFEST_FORMAT = "theseus.manifest/1"
+INDEX = "checkpoint/index.json"
+CONFIG = "config.yaml"
+CHUNK = 4 << 20  # bytes hashed per read
+ERROR, WARNING = "error", "warning"
+
+
+# ---------------------------------------------------------------------------
+# the report
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One finding: ``kind`` (e.g. ``corrupt-file``), ``path`` (root-relative file or
+    folder, or ``name:nonce`` of a run), ``message`` and ``severity`` (``error``
+    fails the audit, ``warning`` does not).
+
+    >>> Problem("corrupt-file", "objects/x/a", "sha256 differs").severity
+    'error'
+    """
+
+    kind: str
+    path: str
+    message: str
+    severity: str = ERROR
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """One config key that differs between two checkpoints (``before``/``after`` None when absent).
+
+    >>> Change("training.tokens", 100, 200)
+    Change(key='training.tokens', before=100, after=200)
+    """
+
+    key: str
+    before: Any
+    after: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointAudit:
+    """One committed checkpoint: its node, folder, file count and bytes, whether every
+    file matched MANIFEST.json (``verified`` is None when checksums were skipped),
+    its config and the changes from the checkpoint ``against`` (a node id).
+
+    >>> CheckpointAudit("id", 3, "objects/id", 2, 10, True, {"lr": 0.1}, None, ()).ok
+    True
+    """
+
+    node: str
+    seq: int
+    path: str
+    files: int
+    bytes: int
+    verified: bool | None
+    config: dict | None
+    against: str | None
+    changes: tuple[Change, ...]
+    problems: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when no integrity problem was found in this checkpoint.
+
+        >>> CheckpointAudit("id", 3, "objects/id", 2, 10, False, None, None, (), problems=1).ok
+        False
+        """
+        return self.problems == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Resume:
+    """A run resumed in its own lineage: the first node of the resumed part and its parent.
+
+    >>> Resume("b", 5, "a", 4, True).parent_seq
+    4
+    """
+
+    node: str
+    seq: int
+    parent: str
+    parent_seq: int
+    parent_checkpoint: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class RunAudit:
+    """One run (lineage): identity, job, status, its nodes from seq 0 to the last, the
+    node it branched from (``parent``, None for a fresh lineage), resumes and checkpoints.
+
+    >>> run = RunAudit("a.b.c", "949e88", "doc/job", "failed", False, "boom", "id", 3, 0, 2, "id", 0, ((1, 1),))
+    >>> run.label
+    'a.b.c:949e88'
+    """
+
+    name: str
+    nonce: str
+    job: str | None
+    status: str | None
+    finished: bool | None
+    error: str | None
+    error_node: str | None
+    nodes: int
+    first_seq: int
+    last_seq: int
+    last_node: str
+    written: int
+    gaps: tuple[tuple[int, int], ...]
+    parent: str | None = None
+    resumes: tuple[Resume, ...] = ()
+    checkpoints: tuple[CheckpointAudit, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """``name:nonce``, how problems name a run."""
+        return f"{self.name}:{self.nonce}"
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditReport:
+    """What :func:`audit` found. ``ok`` is False when any problem is an error.
+
+    >>> report = AuditReport("/r", None, (), (Problem("failed-run", "a:1", "boom", WARNING),))
+    >>> report.ok, len(report.warnings), json.loads(report.to_json())["ok"]
+    (True, 1, True)
+    """
+
+    root: str
+    nonce: str | None
+    runs: tuple[RunAudit, ...]
+    problems: tuple[Problem, ...]
+    unreferenced: tuple[str, ...] = ()
+    segments: int = 0
+    files: int = 0
+    bytes_verified: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when no integrity failure was found (warnings allowed)."""
+        return not self.errors
+
+    @property
+    def errors(self) -> tuple[Problem, ...]:
+        """The integrity failures."""
+        return tuple(p for p in self.problems if p.severity == ERROR)
+
+    @property
+    def warnings(self) -> tuple[Problem, ...]:
+        """Findings that do not fail the audit (failed or unfinished runs, unreferenced objects)."""
+        return tuple(p for p in self.problems if p.severity != ERROR)
+
+    def to_dict(self) -> dict:
+        """The report as plain JSON-able data (``ok`` included)."""
+        return {"ok": self.ok, **dataclasses.asdict(self)}
+
+    def to_json(self) -> str:
+        """The report as JSON text, for machines (``theseus audit --json``)."""
+        return json.dumps(self.to_dict(), indent=1, default=str)
+
+
+@dataclasses.dataclass(frozen=True)
+class GcReport:
+    """What :func:`gc` deleted (or, with ``dry_run``, would delete) and the bytes freed, and the
+    unreferenced folders it kept, each with the reason (written too recently, or its run has no log).
+
+    >>> GcReport(("objects/x",), 10, (("objects/y", "written 5 s ago"),), True).deleted
+    ('objects/x',)
+    """
+
+    deleted: tuple[str, ...]
+    bytes: int
+    kept: tuple[tuple[str, str], ...]
+    dry_run: bool
+
+
+# ---------------------------------------------------------------------------
+# entry points
+
+
+def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: bool = True,
+          threads: int | None = None) -> AuditReport:
+    """Audit ``root`` (a folder or ``gs://`` URL), or only the run ``nonce`` (and the runs it branched from).
+
+    Reads the log once, lists and checks every committed checkpoint against its
+    MANIFEST.json (sizes, and sha256 of every byte when ``verify_checksums``;
+    ``threads`` readers at once), and lists unreferenced object folders. Raises
+    FileNotFoundError for a root that does not exist and ValueError for a
+    malformed or unknown nonce; everything found inside the root is a
+    :class:`Problem` of the report.
+
+    >>> import tempfile
+    >>> report = audit(tempfile.mkdtemp())
+    >>> report.ok, report.runs, [p.kind for p in report.problems]
+    (True, (), ['empty-root'])
+    """
+    start = time.perf_counter()
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    fs, base = _open(root)
+    if nonce is not None:
+        check_nonce(nonce)
+    problems: list[Problem] = []
+    log, segments = _load_log(fs, base, nonce, problems)
+    nodes = _nodes(log)
+    audited = nodes.filter(pl.col("nonce") == nonce) if nonce is not None else nodes
+    problems += _identity_problems(audited)
+    records = _reserved(log)
+    known = set(nodes["node"].to_list())
+    checkpoints = {r["node"]: r["value"] for r in records if r["key"] == schema.CHECKPOINT}
+
+    wanted = [r for r in records if r["key"] == schema.CHECKPOINT and (nonce is None or r["nonce"] == nonce)]
+    checked = _check_checkpoints(fs, base, wanted, verify_checksums, threads, problems)
+    runs = _runs(fs, base, _run_rows(audited), records, checkpoints, checked, known, problems)
+    referenced = {_folder_of(path) for path in checkpoints.values()}
+    unreferenced = _unreferenced(fs, base, referenced, nonce, problems)
+    if not segments and not runs and not unreferenced and nonce is None:
+        problems.append(Problem("empty-root", "log", f"no log segments under {rootfs.url(fs, base)}/log", WARNING))
+    return AuditReport(
+        root=rootfs.url(fs, base),
+        nonce=nonce,
+        runs=tuple(runs),
+        problems=tuple(problems),
+        unreferenced=tuple(unreferenced),
+        segments=segments,
+        files=sum(c.files for c in checked.values()),
+        bytes_verified=sum(c.bytes for c in checked.values() if c.verified),
+        seconds=round(time.perf_counter() - start, 4),
+    )
+
+
+def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0) -> GcReport:
+    """Delete the object folders of ``root`` that no committed checkpoint record references.
+
+    Only ``objects/<node-id>/`` folders are candidates. Never deleted: a folder a
+    checkpoint record points at (checked again just before each delete), one not
+    named by a node id, one written less than ``min_age_s`` seconds ago (a
+    checkpoint still being saved has no record yet), one whose run has no log
+    records at all (a root copied without its log, not a crash: every run records
+    its job before it saves anything). Refuses (ValueError) when a log segment
+    cannot be read, since its records might reference a folder.
+
+    >>> import tempfile
+    >>> from theseus.store import Node, Store
+    >>> root, start = tempfile.mkdtemp(), Node.start("doc-gc")
+    >>> with Store(root).writer() as w:
+    ...     w.job(start, "doc/job", "{}")
+    >>> crashed = Node(start.name, start.nonce, 5)
+    >>> os.makedirs(f"{root}/objects/{crashed.id}/checkpoint")   # a save that never committed
+    >>> gc(root, min_age_s=0).deleted == (f"objects/{crashed.id}",)
+    True
+    >>> os.listdir(root + "/objects")
+    []
+    """
+    if min_age_s < 0:
+        raise ValueError(f"min_age_s must be >= 0, got {min_age_s}")
+    fs, base = _open(root)
+    problems: list[Problem] = []
+    log, _ = _load_log(fs, base, None, problems)
+    if problems:
+        bad = ", ".join(p.path for p in problems)
+        raise ValueError(f"gc refuses to run: log segments cannot be read ({bad}), so the objects they may "
+                         "reference are unknown; see `theseus audit` and repair or remove them first")
+    referenced = {_folder_of(r["value"]) for r in _reserved(log) if r["key"] == schema.CHECKPOINT}
+    deleted, kept, freed = [], [], 0
+    for rel in _unreferenced(fs, base, referenced, None, []):
+        try:
+            name, nonce, _ = decode_id(rel.split("/", 1)[1])
+        except ValueError:
+            continue  # not a node's folder: not ours to delete
+        newest, size = _newest_and_size(fs, f"{base}/{rel}")
+        age = time.time() - newest
+        reason = f"written {age:.0f} s ago (< {min_age_s:g} s)" if age < min_age_s else _keep(fs, base, name, nonce, rel)
+        if reason:
+            kept.append((rel, reason))
+            continue
+        if not dry_run:
+            _remove(fs, f"{base}/{rel}")
+        deleted.append(rel)
+        freed += size
+    return GcReport(tuple(deleted), freed, tuple(kept), dry_run)
+
+
+# ---------------------------------------------------------------------------
+# the log
+
+
+def _open(root: str | os.PathLike) -> tuple[fsspec.AbstractFileSystem, str]:
+    fs, base = rootfs.open_root(root)
+    if not fs.isdir(base):
+        raise FileNotFoundError(f"no root at {rootfs.url(fs, base)}: the folder does not exist")
+    return fs, base
+
+
+def _rel(base: str, path: str) -> str:
+    return path[len(base):].lstrip("/")
+
+
+def _load_log(fs, base: str, nonce: str | None, problems: list[Problem]) -> tuple[pl.DataFrame, int]:
+    """The log of the root (or of run ``nonce`` and the runs it descends from), and how many segments were read."""
+    if nonce is None:
+        paths = list_segments(fs, base)
+        return _read_segments(fs, base, paths, problems), len(paths)
+    paths = list_segments(fs, base, "*", nonce)
+    if not paths:
+        raise ValueError(f"no run with nonce {nonce!r} in {rootfs.url(fs, base)} (`theseus ls ROOT` lists the runs)")
+    frames, seen, count = [], {nonce}, len(paths)
+    frame = _read_segments(fs, base, paths, problems)
+    while frame.height:
+        frames.append(frame)
+        origins = frame.filter((pl.col("seq") == 0) & pl.col("parent").is_not_null())["parent"].unique().to_list()
+        parents = {decode_id(p)[:2] for p in origins if _decodes(p)}
+        todo = sorted((name, n) for name, n in parents if n not in seen)
+        seen.update(n for _, n in todo)
+        more = [p for name, n in todo for p in list_segments(fs, base, name, n)]
+        count += len(more)
+        frame = _read_segments(fs, base, more, problems) if more else frame.head(0)
+    return (pl.concat(frames) if frames else empty_frame().collect()), count
+
+
+def _decodes(node_id: str) -> bool:
+    try:
+        decode_id(node_id)
+    except ValueError:
+        return False
+    return True
+
+
+def _read_segments(fs, base: str, paths: list[str], problems: list[Problem]) -> pl.DataFrame:
+    """Every record of ``paths`` in one read; when a segment is unreadable, each is read alone
+    and the bad ones become problems naming the file."""
+    if not paths:
+        return empty_frame().collect()
+    try:
+        return scan(fs, paths).collect()
+    except Exception:
+        pass
+    with ThreadPoolExecutor(_workers(fs, len(paths))) as pool:
+        results = list(pool.map(lambda p: _read_one(fs, p), paths))
+    good = []
+    for path, result in zip(paths, results, strict=True):
+        if isinstance(result, pl.DataFrame):
+            good.append(result)
+        else:
+            rel = _rel(base, path)
+            problems.append(Problem("unreadable-segment", rel, f"log segment {rel} cannot be read "
+                                    f"(truncated or corrupt Parquet): {_first_line(result)}"))
+    columns = empty_frame().collect_schema()
+    return pl.concat(good) if good else pl.DataFrame(schema=columns)
+
+
+def _read_one(fs, path: str) -> pl.DataFrame | Exception:
+    try:
+        frame = scan(fs, [path]).collect()
+        return frame.select(empty_frame().collect_schema().names()).cast(dict(empty_frame().collect_schema()))
+    except Exception as e:  # any failure to read a file is reported, never raised
+        return e
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
+def _workers(fs, tasks: int) -> int:
+    limit = max(2, min(8, os.cpu_count() or 2)) if rootfs.is_local(fs) else 32
+    return max(1, min(limit, tasks))
+
+
+def _b64(text: pl.Expr) -> pl.Expr:
+    """URL-safe base64 without padding (node ids), as a Polars expression."""
+    encoded = text.str.encode("base64").str.replace_all("+", "-", literal=True).str.replace_all("/", "_", literal=True)
+    return encoded.str.strip_chars_end("=")
+
+
+def _nodes(log: pl.DataFrame) -> pl.DataFrame:
+    """One row per node: identity, last write, and the ids its identity implies (itself, seq - 1)."""
+    nodes = log.group_by("node").agg(
+        pl.col("name").first(), pl.col("nonce").first(), pl.col("seq").first(),
+        pl.col("parent").drop_nulls().first(), pl.col("stamp").max().alias("written"),
+    )
+    def ident(seq: pl.Expr) -> pl.Expr:
+        return _b64(pl.concat_str([pl.col("name"), pl.col("nonce"), seq.cast(pl.String)], separator=":"))
+    return nodes.with_columns(ident(pl.col("seq")).alias("expected"), ident(pl.col("seq") - 1).alias("previous"))
+
+
+def _identity_problems(nodes: pl.DataFrame) -> list[Problem]:
+    """Records whose node id does not match their name/nonce/seq, and parents that are not seq - 1."""
+    problems = []
+    for row in nodes.filter(pl.col("expected") != pl.col("node")).iter_rows(named=True):
+        problems.append(Problem("node-id", f"{row['name']}:{row['nonce']}", f"records of node {row['node']} say "
+                                f"{row['name']}:{row['nonce']}:{row['seq']}, whose id is {row['expected']}"))
+    wrong = nodes.filter((pl.col("seq") > 0) & pl.col("parent").is_not_null() & (pl.col("parent") != pl.col("previous")))
+    for row in wrong.iter_rows(named=True):
+        problems.append(Problem("lineage", f"{row['name']}:{row['nonce']}", f"node {row['node']} (seq {row['seq']}) "
+                                f"has parent {row['parent']}, not seq {row['seq'] - 1} of its own run ({row['previous']})"))
+    return problems
+
+
+def _reserved(log: pl.DataFrame) -> list[dict]:
+    """The latest reserved record per (node, key), oldest first: node, seq, stamp, key, value."""
+    reserved = latest_records(log.lazy().filter(pl.col("key").str.starts_with("_")))
+    value = pl.coalesce(pl.col("str"), pl.col("bool").cast(pl.String), pl.col("int").cast(pl.String),
+                        pl.col("float").cast(pl.String))
+    frame = reserved.select("node", "name", "nonce", "seq", "stamp", "writer", "key", value.alias("value"))
+    return frame.sort("stamp", "writer").collect().to_dicts()
+
+
+def _run_rows(nodes: pl.DataFrame) -> list[dict]:
+    """Per run: name, nonce, node count, the sorted seqs, last node, last write, origin (seq 0's parent)."""
+    runs = nodes.group_by("name", "nonce").agg(
+        pl.len().alias("nodes"),
+        pl.col("seq").sort().alias("seqs"),
+        pl.col("node").sort_by("seq").last().alias("last_node"),
+        pl.col("written").max(),
+        pl.col("parent").filter(pl.col("seq") == 0).first().alias("origin"),
+    )
+    return runs.sort("written").to_dicts()
+
+
+def _gaps(seqs: list[int]) -> tuple[tuple[int, int], ...]:
+    """Missing seq ranges between 0 and the last seq.
+
+    >>> _gaps([0, 1, 4, 5, 9])
+    ((2, 3), (6, 8))
+    """
+    gaps, expect = [], 0
+    for s in seqs:
+        if s > expect:
+            gaps.append((expect, s - 1))
+        expect = max(expect, s + 1)
+    return tuple(gaps)
+
+
+# ---------------------------------------------------------------------------
+# runs
+
+
+def _runs(fs, base, rows, records, checkpoints, checked, known, problems) -> list[RunAudit]:
+    """One :class:`RunAudit` per row of :func:`_run_rows`, with its problems appended to ``problems``."""
+    by_nonce: dict[str, list[dict]] = {}
+    for r in records:
+        by_nonce.setdefault(r["nonce"], []).append(r)
+    configs = {node: c.config for node, c in checked.items()}
+    out = []
+    for row in rows:
+        name, nonce, origin = row["name"], row["nonce"], row["origin"]
+        mine = by_nonce.get(nonce, [])
+        latest = {r["key"]: r for r in mine}  # oldest first: the last record of each key wins
+        value = {key: r["value"] for key, r in latest.items()}
+        error = latest.get(schema.ERROR)
+        resumes = tuple(
+            Resume(r["node"], r["seq"], _previous(name, nonce, r["seq"]), r["seq"] - 1,
+                   _previous(name, nonce, r["seq"]) in checkpoints)
+            for r in mine if r["key"] == schema.JOB and r["seq"] > 0
+        )
+        ckpts = sorted((checked[r["node"]] for r in mine if r["key"] == schema.CHECKPOINT), key=lambda c: c.seq)
+        run = RunAudit(
+            name=name, nonce=nonce, job=value.get(schema.JOB), status=value.get(schema.STATUS),
+            finished=None if schema.FINISHED not in value else value[schema.FINISHED] == "true",
+            error=error["value"] if error else None, error_node=error["node"] if error else None,
+            nodes=row["nodes"], first_seq=row["seqs"][0], last_seq=row["seqs"][-1], last_node=row["last_node"],
+            written=row["written"], gaps=_gaps(row["seqs"]), parent=origin, resumes=resumes,
+            checkpoints=tuple(_with_changes(fs, base, ckpts, origin if origin in checkpoints else None, checkpoints, configs)),
+        )
+        problems += _run_problems(run, error, known)
+        out.append(run)
+    return out
+
+
+def _run_problems(run: RunAudit, error: dict | None, known: set[str]) -> list[Problem]:
+    """A run's lineage oddities (errors when inconsistent) and its failure or unfinished state (warnings)."""
+    label, out = run.label, []
+    if run.parent is not None:
+        if not _decodes(run.parent) or decode_id(run.parent)[1] == run.nonce:
+            out.append(Problem("lineage", label, f"seq 0 of {label} has parent {run.parent}, not a node of another run"))
+        elif run.parent not in known:
+            out.append(Problem("missing-parent", label, f"{label} branched from node {run.parent} "
+                               f"({_describe(run.parent)}), which has no records in this root", WARNING))
+    if run.first_seq != 0:
+        out.append(Problem("lineage", label, f"{label} has no records before seq {run.first_seq} "
+                           "(every run writes its job record at seq 0)", WARNING))
+    for resume in run.resumes:
+        if not resume.parent_checkpoint:
+            out.append(Problem("lineage", label, f"{label} resumed at seq {resume.seq} from seq "
+                               f"{resume.parent_seq}, which has no committed checkpoint", WARNING))
+    if run.status == "failed":
+        where = "?" if error is None else error["seq"]
+        out.append(Problem("failed-run", label, f"{label} failed at seq {where}: {_last_line(run.error)}", WARNING))
+    elif run.status == "running":
+        when = dt.datetime.fromtimestamp(run.written / 1e9).isoformat(sep=" ", timespec="seconds")
+        out.append(Problem("unfinished-run", label, f"{label} never finished: last record at seq {run.last_seq} "
+                           f"written {when} (still running, or the process died)", WARNING))
+    return out
+
+
+def _previous(name: str, nonce: str, seq: int) -> str:
+    return encode_id(name, nonce, seq - 1)
+
+
+def _describe(node_id: str) -> str:
+    name, nonce, seq = decode_id(node_id)
+    return f"{name}:{nonce} seq {seq}"
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "(no error text)"
+
+
+def _with_changes(fs, base, ckpts, origin, checkpoints, configs) -> list[CheckpointAudit]:
+    """Each checkpoint with its config changes from the one before (a branch's first: its origin's)."""
+    out = []
+    before_node = origin
+    for c in ckpts:
+        before = None
+        if before_node is not None:
+            before = configs.get(before_node)
+            if before is None and before_node not in configs:  # outside the audit (another run): read it
+                before = _load_config(fs, f"{base}/{_safe_path(checkpoints[before_node]) or ''}")
+                configs[before_node] = before
+        changes = _diff(before, c.config) if before is not None and c.config is not None else ()
+        out.append(dataclasses.replace(c, against=before_node, changes=changes))
+        before_node = c.node
+    return out
+
+
+def _load_config(fs, folder: str) -> dict | None:
+    try:
+        return _parse_config(fs.cat_file(f"{folder}/{CONFIG}"))
+    except Exception:
+        return None
+
+
+def _parse_config(data: bytes) -> dict:
+    loaded = yaml.safe_load(data.decode())
+    return loaded if isinstance(loaded, dict) else {"": loaded}
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config as dotted keys (how config changes are named).
+
+    >>> flatten({"a": {"b": 1, "c": [2]}})
+    {'a.b': 1, 'a.c': [2]}
+    """
+    if not isinstance(tree, dict) or not tree:
+        return {prefix: tree} if prefix else {}
+    out = {}
+    for key, value in tree.items():
+        out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def _diff(before: dict, after: dict) -> tuple[Change, ...]:
+    """The keys whose values differ between two configs.
+
+    >>> _diff({"t": {"lr": 1, "n": 2}}, {"t": {"lr": 3, "n": 2, "m": 4}})
+    (Change(key='t.lr', before=1, after=3), Change(key='t.m', before=None, after=4))
+    """
+    a, b = flatten(before), flatten(after)
+    return tuple(Change(k, a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k) or (k in a) != (k in b))
+
+
+# ---------------------------------------------------------------------------
+# checkpoints
+
+
+def _safe_path(path: str) -> str | None:
+    """A root-relative checkpoint path, or None when it could leave the root."""
+    parts = path.split("/") if isinstance(path, str) else []
+    if not parts or path.startswith("/") or "://" in path or "\\" in path or any(p in ("", ".", "..") for p in parts):
+        return None
+    return path
+
+
+def _folder_of(path: str) -> str:
+    """The ``objects/<id>`` folder a checkpoint path lies in (the path itself otherwise)."""
+    parts = (path or "").split("/")
+    return "/".join(parts[:2]) if len(parts) >= 2 and parts[0] == OBJECTS else path
+
+
+def _check_checkpoints(fs, base, wanted, verify, threads, problems) -> dict[str, CheckpointAudit]:
+    """List, size-check and (``verify``) hash every file of every checkpoint; one pool for all files."""
+    out: dict[str, CheckpointAudit] = {}
+    if not wanted:
+        return out
+    workers = threads or _workers(fs, 10**6)
+    with ThreadPoolExecutor(workers) as pool:
+        opened = list(pool.map(lambda w: _open_checkpoint(fs, base, w["value"]), wanted))
+        tasks = []  # (checkpoint index, entry)
+        for i, (listed, present, _) in enumerate(opened):
+            for rel, entry in (listed or {}).items():
+                if rel in present and present[rel] == entry["size"] and (verify or rel in (CONFIG, INDEX)):
+                    tasks.append((i, rel))
+        digests = list(pool.map(lambda t: _digest(fs, f"{base}/{wanted[t[0]]['value']}/{t[1]}", t[1] in (CONFIG, INDEX)),
+                                tasks))
+    results: list[dict[str, Any]] = [{} for _ in wanted]
+    for (i, rel), digest in zip(tasks, digests, strict=True):
+        results[i][rel] = digest
+    for record, (listed, present, failure), hashed in zip(wanted, opened, results, strict=True):
+        node, seq, path = record["node"], record["seq"], record["value"]
+        found: list[Problem] = []
+        if failure is not None:
+            found.append(failure)
+            out[node] = CheckpointAudit(node, seq, path, len(present), 0, False if verify else None, None, None, (), 1)
+        else:
+            out[node] = _judge(node, seq, path, listed, present, hashed, verify, found)
+        problems += found
+    return out
+
+
+def _open_checkpoint(fs, base: str, path: str) -> tuple[dict | None, dict[str, int], Problem | None]:
+    """(manifest entries by path, files present with sizes, or the problem that stops the check)."""
+    safe = _safe_path(path)
+    if safe is None:
+        return None, {}, Problem("bad-checkpoint-path", str(path), f"checkpoint path {path!r} is not a plain path "
+                                 "inside the root; not followed")
+    folder = f"{base}/{safe}"
+    present = _list_files(fs, folder)
+    if not present:
+        return None, present, Problem("missing-checkpoint", safe, f"checkpoint folder {safe} is missing or empty, "
+                                      "but a checkpoint record references it")
+    if MANIFEST not in present:
+        return None, present, Problem("incomplete-checkpoint", safe, f"checkpoint {safe} has no {MANIFEST}, "
+                                      "but a checkpoint record references it (commit order broken)")
+    try:
+        body = json.loads(fs.cat_file(f"{folder}/{MANIFEST}"))
+        if body.get("format") != MANIFEST_FORMAT:
+            raise ValueError(f"unknown format {body.get('format')!r}")
+        listed = {}
+        for f in body["files"]:
+            entry = {"path": str(f["path"]), "size": int(f["size"]), "sha256": str(f["sha256"])}
+            if _safe_path(entry["path"]) is None or entry["path"] == MANIFEST or entry["path"] in listed:
+                raise ValueError(f"bad or repeated file path {entry['path']!r}")
+            listed[entry["path"]] = entry
+    except Exception as e:
+        return None, present, Problem("bad-manifest", f"{safe}/{MANIFEST}", f"malformed {safe}/{MANIFEST}: {_first_line(e)}")
+    return listed, present, None
+
+
+def _list_files(fs, folder: str) -> dict[str, int]:
+    """Every file under ``folder`` (relative path -> size); empty when the folder does not exist."""
+    if rootfs.is_local(fs):
+        out = {}
+        for top, _, names in os.walk(folder):
+            for name in names:
+                full = os.path.join(top, name)
+                out[os.path.relpath(full, folder).replace(os.sep, "/")] = os.stat(full).st_size
+        return out
+    try:
+        found = fs.find(folder, detail=True)
+    except FileNotFoundError:
+        return {}
+    return {_rel(folder, p): int(info.get("size") or 0) for p, info in found.items() if info.get("type") != "directory"}
+
+
+def _digest(fs, path: str, keep: bool) -> tuple[int, str, bytes | None] | Exception:
+    """(bytes read, sha256, the content when ``keep``): every byte read once, in chunks."""
+    digest, size, kept = hashlib.sha256(), 0, []
+    try:
+        if rootfs.is_local(fs):
+            f = open(path, "rb")
+        else:
+            f = fs.open(path, "rb", block_size=CHUNK, cache_type="none")
+        with f:
+            while block := f.read(CHUNK):
+                digest.update(block)
+                size += len(block)
+                if keep:
+                    kept.append(block)
+    except Exception as e:
+        return e
+    return size, digest.hexdigest(), b"".join(kept) if keep else None
+
+
+def _array_of(rel: str, arrays: list[str]) -> str | None:
+    """The array (leaf path of index.json) a checkpoint file belongs to.
+
+    >>> _array_of("checkpoint/params/w/c/0/1", ["params/w", "step"])
+    'params/w'
+    """
+    if not rel.startswith("checkpoint/"):
+        return None
+    inner = rel[len("checkpoint/"):]
+    owners = [a for a in arrays if inner.startswith(a + "/")]
+    if owners:
+        return max(owners, key=len)
+    for marker in ("/zarr.json", "/c/"):  # no index: the zarr3 layout still names the array
+        if marker in inner:
+            return inner.split(marker)[0]
+    return inner[:-2] if inner.endswith("/c") else None
+
+
+def _judge(node, seq, path, listed, present, hashed, verify, found) -> CheckpointAudit:
+    """Compare the manifest with the files present and their digests."""
+    def bad(kind: str, rel: str, message: str) -> None:
+        found.append(Problem(kind, f"{path}/{rel}", message))
+
+    parsed = {}
+    for rel, parse in ((INDEX, json.loads), (CONFIG, _parse_config)):
+        result = hashed.get(rel)
+        if isinstance(result, tuple) and result[2] is not None:
+            try:
+                parsed[rel] = parse(result[2])
+            except Exception as e:
+                bad("unparsable-file", rel, f"{path}/{rel} cannot be parsed: {_first_line(e)}")
+    index, config = parsed.get(INDEX), parsed.get(CONFIG)
+    leaves = index.get("leaves") if isinstance(index, dict) else None
+    arrays = [str(leaf.get("path", "")) for leaf in leaves if isinstance(leaf, dict)] if isinstance(leaves, list) else []
+
+    owner = {rel: _array_of(rel, arrays) or "" for rel in listed}
+    files_of: dict[str, int] = {}
+    for array in owner.values():
+        files_of[array] = files_of.get(array, 0) + 1
+    by_array: dict[str, list[str]] = {}
+    for rel in sorted(set(listed) - set(present)):
+        by_array.setdefault(owner[rel], []).append(rel)
+    for array, rels in sorted(by_array.items()):
+        if array and len(rels) == files_of[array]:
+            bad("missing-array", f"checkpoint/{array}", f"array {array} of checkpoint {path} is missing "
+                f"({len(rels)} files listed in {MANIFEST}: {path}/checkpoint/{array}/)")
+        else:
+            for rel in rels:
+                bad("missing-file", rel, f"{path}/{rel} is listed in {MANIFEST} but missing"
+                    + (f" (array {array})" if array else ""))
+    for array in arrays:
+        if f"checkpoint/{array}/zarr.json" not in listed:
+            bad("unlisted-array", f"checkpoint/{array}", f"array {array} is in {INDEX} but not in {MANIFEST}")
+    for rel in sorted(set(present) - set(listed) - {MANIFEST}):
+        bad("unlisted-file", rel, f"{path}/{rel} is not listed in {MANIFEST}: the folder changed after its commit")
+    checked_bytes = 0
+    for rel, entry in sorted(listed.items()):
+        if rel not in present:
+            continue
+        array = owner[rel]
+        where = f"{path}/{rel}" + (f" (array {array})" if array else "")
+        if present[rel] != entry["size"]:
+            bad("corrupt-file", rel, f"{where}: size {present[rel]} != {entry['size']} in {MANIFEST}")
+            continue
+        result = hashed.get(rel)
+        if result is None:
+            continue
+        if isinstance(result, Exception):
+            bad("unreadable-file", rel, f"{where} cannot be read: {_first_line(result)}")
+            continue
+        size, digest, _ = result
+        checked_bytes += size
+        if size != entry["size"]:
+            bad("corrupt-file", rel, f"{where}: read {size} bytes, {entry['size']} in {MANIFEST}")
+        elif verify and digest != entry["sha256"]:
+            bad("corrupt-file", rel, f"{where}: sha256 {digest[:16]}... != {entry['sha256'][:16]}... in {MANIFEST}")
+    if config is None and CONFIG not in listed:
+        found.append(Problem("no-config", path, f"checkpoint {path} has no {CONFIG}", WARNING))
+    errors = sum(p.severity == ERROR for p in found)
+    return CheckpointAudit(node, seq, path, len(present), checked_bytes, (errors == 0) if verify else None,
+                           config, None, (), errors)
+
+
+# ---------------------------------------------------------------------------
+# objects no record references
+
+
+def _unreferenced(fs, base: str, referenced: set[str], nonce: str | None, problems: list[Problem]) -> list[str]:
+    """``objects/<name>`` folders no checkpoint record references (of run ``nonce`` only, when given)."""
+    folder = f"{base}/{OBJECTS}"
+    if rootfs.is_local(fs):
+        names = sorted(n for n in _listdir(folder) if os.path.isdir(os.path.join(folder, n)))
+    else:
+        try:
+            names = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(folder, detail=False))
+        except FileNotFoundError:
+            names = []
+    out = []
+    for name in names:
+        rel = f"{OBJECTS}/{name}"
+        if rel in referenced or name.startswith("."):
+            continue
+        try:
+            _, owner, _ = decode_id(name)
+        except ValueError:
+            if nonce is None:
+                problems.append(Problem("unknown-object", rel, f"{rel} is not named by a node id; gc leaves it", WARNING))
+            continue
+        if nonce is not None and owner != nonce:
+            continue
+        complete = fs.exists(f"{folder}/{name}/{MANIFEST}")
+        state = "a complete checkpoint" if complete else f"partial (no {MANIFEST})"
+        problems.append(Problem("unreferenced-object", rel, f"{rel} ({_describe(name)}; {state}) is referenced by no "
+                                "checkpoint record (left by a crash?); `theseus gc` deletes it", WARNING))
+        out.append(rel)
+    return out
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _newest_and_size(fs, folder: str) -> tuple[float, int]:
+    """Modification time of the newest file under ``folder`` (the folder's own when empty) and total bytes."""
+    if rootfs.is_local(fs):
+        newest, size = os.stat(folder).st_mtime, 0
+        for top, _, names in os.walk(folder):
+            for name in names:
+                st = os.stat(os.path.join(top, name))
+                newest, size = max(newest, st.st_mtime), size + st.st_size
+        return newest, size
+    found = fs.find(folder, detail=True)
+    times = [_timestamp(info.get("mtime") or info.get("updated") or info.get("LastModified")) for info in found.values()]
+    return max(times, default=0.0), sum(int(info.get("size") or 0) for info in found.values())
+
+
+def _timestamp(value: Any) -> float:
+    if isinstance(value, dt.datetime):
+        return value.timestamp()
+    if isinstance(value, str):
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return float(value or 0.0)
+
+
+def _keep(fs, base: str, name: str, nonce: str, rel: str) -> str | None:
+    """Why gc must keep ``rel`` after all, from the owning run's log re-read just before the delete."""
+    paths = list_segments(fs, base, name, nonce)
+    if not paths:
+        return f"its run {name}:{nonce} has no log records (a partial copy of the root?)"
+    problems: list[Problem] = []
+    log = _read_segments(fs, base, paths, problems)
+    if problems:
+        return problems[0].message
+    if rel in {_folder_of(p) for p in log.filter(pl.col("key") == schema.CHECKPOINT)["str"].to_list()}:
+        return "a checkpoint record references it now"
+    return None
+
+
+def _remove(fs, folder: str) -> None:
+    if rootfs.is_local(fs):
+        import shutil
+
+        shutil.rmtree(folder)
+    else:
+        fs.rm(folder, recursive=True)
