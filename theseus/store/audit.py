@@ -586,8 +586,16 @@ def _load_config(fs, folder: str) -> dict | None:
         return None
 
 
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: same safety, 10x faster
+
+
 def _parse_config(data: bytes) -> dict:
-    loaded = yaml.safe_load(data.decode())
+    """A config.yaml as plain data (a safe loader: no tags, no objects).
+
+    >>> _parse_config(b"training:\\n  lr: 0.1\\n")
+    {'training': {'lr': 0.1}}
+    """
+    loaded = yaml.load(data.decode(), Loader=_SAFE_LOADER)  # noqa: S506 - a safe loader
     return loaded if isinstance(loaded, dict) else {"": loaded}
 
 
@@ -651,6 +659,7 @@ def _check_checkpoints(fs, base, wanted, verify, threads, problems) -> dict[str,
     results: list[dict[str, Any]] = [{} for _ in wanted]
     for (i, rel), digest in zip(tasks, digests, strict=True):
         results[i][rel] = digest
+    parsed: dict[tuple[str, bytes], Any] = {}  # a run's checkpoints share their config and index: parse each text once
     for record, (listed, present, failure), hashed in zip(wanted, opened, results, strict=True):
         node, seq, path = record["node"], record["seq"], record["value"]
         found: list[Problem] = []
@@ -658,7 +667,7 @@ def _check_checkpoints(fs, base, wanted, verify, threads, problems) -> dict[str,
             found.append(failure)
             out[node] = CheckpointAudit(node, seq, path, len(present), 0, False if verify else None, None, None, (), 1)
         else:
-            out[node] = _judge(node, seq, path, listed, present, hashed, verify, found)
+            out[node] = _judge(node, seq, path, listed, present, hashed, verify, found, parsed)
         problems += found
     return out
 
@@ -745,7 +754,7 @@ def _array_of(rel: str, arrays: list[str]) -> str | None:
     return inner[:-2] if inner.endswith("/c") else None
 
 
-def _judge(node, seq, path, listed, present, hashed, verify, found) -> CheckpointAudit:
+def _judge(node, seq, path, listed, present, hashed, verify, found, cache) -> CheckpointAudit:
     """Compare the manifest with the files present and their digests."""
     def bad(kind: str, rel: str, message: str) -> None:
         found.append(Problem(kind, f"{path}/{rel}", message))
@@ -755,7 +764,9 @@ def _judge(node, seq, path, listed, present, hashed, verify, found) -> Checkpoin
         result = hashed.get(rel)
         if isinstance(result, tuple) and result[2] is not None:
             try:
-                parsed[rel] = parse(result[2])
+                if (rel, result[2]) not in cache:
+                    cache[rel, result[2]] = parse(result[2])
+                parsed[rel] = cache[rel, result[2]]
             except Exception as e:
                 bad("unparsable-file", rel, f"{path}/{rel} cannot be parsed: {_first_line(e)}")
     index, config = parsed.get(INDEX), parsed.get(CONFIG)
