@@ -81,6 +81,61 @@ def launch(
     _fail(f"run {spec.nonce} failed ({why}); its output: theseus logs {spec.root} {spec.nonce}", result.returncode)
 
 
+def submit(
+    job_key: Annotated[str, typer.Argument(help="A registered job key, e.g. gpt/train/pretrain")],
+    run_name: Annotated[str, typer.Argument(help="The run name: 'run' or 'project.group.run'")],
+    overrides: Annotated[list[str] | None, typer.Argument(help="Config overrides, e.g. training.tokens=100000")] = None,
+    chip: Annotated[str, typer.Option("--chip", help="Chip kind: cpu, h100, v5p...")] = "cpu",
+    n: Annotated[int, typer.Option("--n", help="How many chips")] = 1,
+    cluster: Annotated[list[str] | None, typer.Option(
+        "--cluster", help="Only this cluster (repeat for several, in priority order)")] = None,
+    memory_gb: Annotated[float | None, typer.Option("--memory-gb", help="Memory each process needs")] = None,
+    cpus: Annotated[int | None, typer.Option("--cpus", help="CPUs each process needs")] = None,
+    inventory: Annotated[str | None, typer.Option("--inventory", help="Inventory file (default ~/.theseus.yaml)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; start nothing")] = False,
+    allow_dirty: Annotated[bool, typer.Option("--allow-dirty", help="Ship uncommitted changes too")] = False,
+    repo: Annotated[str | None, typer.Option("--repo", help="The git checkout to ship (default: theseus's own)")] = None,
+    resume: Annotated[str | None, typer.Option("--resume", help="Continue the run from this node id")] = None,
+    branch: Annotated[str | None, typer.Option("--branch", help="Start RUN_NAME as a branch of this node id")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Stop the run after this many seconds")] = 3600.0,
+) -> None:
+    """Run JOB_KEY as RUN_NAME on a host of the inventory that has N x CHIP.
+
+    The host is chosen by the solver; the code at the current commit and the job
+    spec are shipped, the host's environment is synced with uv, and one process per
+    node starts under jax.distributed, writing into the cluster's root. --dry-run
+    prints the plan (script, sbatch file, Volcano manifest or TPU commands) instead.
+    \f
+    >>> from typer.testing import CliRunner
+    >>> from theseus.cli import app
+    >>> CliRunner().invoke(app, ["submit", "gpt/train/pretrain", "r", "--inventory", "/nonexistent.yaml"]).exit_code
+    2
+    """
+    from theseus.dispatch.inventory import load_inventory
+    from theseus.dispatch.solver import solve
+    from theseus.dispatch.spec import build_spec
+    from theseus.dispatch.submit import request_for
+    from theseus.dispatch.submit import submit as submit_spec
+
+    if resume and branch:
+        _fail("--resume and --branch exclude each other: continue a run, or start a branch of it", 2)
+    try:
+        inv = load_inventory(inventory)
+        request = request_for(inv, chip, n, cluster or (), memory_gb, cpus)
+        root = solve(inv, request).cluster.root
+        spec = build_spec(root, job_key, run_name, overrides or [], base_node=resume or branch, branch=bool(branch))
+        done = submit_spec(spec, inv, request, dry_run, repo=repo, allow_dirty=allow_dirty, timeout=timeout)
+    except (*_BAD_INPUT, ConnectionError) as e:  # ConnectionError: an unreachable host, nothing started
+        _fail(str(e), 2)
+    except RuntimeError as e:  # the launch failed or ran past its deadline: recorded in the root
+        _fail(str(e), 1)
+    if dry_run:
+        Console(highlight=False, soft_wrap=True).out(done.plan, end="", highlight=False)
+        return
+    _say(f"submit | run {done.nonce} done on {done.placement.host.name}; its output: "
+         f"theseus logs {done.spec.root} {done.nonce}")
+
+
 def logs(
     root: Annotated[str, typer.Argument(help="The root folder or gs:// URL")],
     nonce: Annotated[str, typer.Argument(help="The run's nonce (6 hex characters)")],
@@ -120,7 +175,8 @@ def register(app: typer.Typer) -> None:
     >>> import typer
     >>> app = typer.Typer()
     >>> register(app); sorted(c.name or c.callback.__name__ for c in app.registered_commands)
-    ['launch', 'logs']
+    ['launch', 'logs', 'submit']
     """
     app.command(context_settings={"ignore_unknown_options": True})(launch)
+    app.command(context_settings={"ignore_unknown_options": True})(submit)
     app.command()(logs)

@@ -198,6 +198,37 @@ class QuickJob:
                 self.config.shard[key] = value
         return self
 
+    def submit(self, chip: str = "cpu", n: int = 1, cluster: str | list[str] | None = None,
+               inventory=None, dry_run: bool = False, **options):
+        """Run the pending job on a host of the inventory with ``n`` x ``chip`` (``theseus submit``).
+
+        ``cluster`` restricts the choice to those clusters; ``inventory`` is a path
+        (default ``~/.theseus.yaml``) or a loaded ``Inventory``. The run writes into the
+        chosen cluster's root; a resumed job must come from that root. ``options``:
+        ``memory_gb``, ``cpus``, ``allow_dirty``, ``repo``, ``timeout`` and the
+        launcher's (``uv``, ``known_hosts``). Returns the ``Submission`` (with
+        ``dry_run=True`` its ``plan`` only, nothing started).
+
+        >>> import tempfile
+        >>> from theseus.dispatch.inventory import parse_inventory
+        >>> inv = parse_inventory("clusters: [{name: lab, root: /r, work_dir: /w}]\\n"
+        ...                       "hosts: [{name: hpc, type: slurm, cluster: lab, chip: cpu, chips: 4}]")
+        >>> with quick(tempfile.mkdtemp()) as q:
+        ...     _ = q.build("data/tokenize/pydoc", "tok")
+        ...     plan = q.submit(chip="cpu", n=4, inventory=inv, dry_run=True, allow_dirty=True)
+        >>> plan.placement.host.name, plan.spec.root
+        ('hpc', '/r')
+        """
+        from theseus.dispatch.inventory import Inventory, load_inventory
+        from theseus.dispatch.spec import spec_from_quick
+        from theseus.dispatch.submit import request_for, submit
+
+        self._check_open()
+        inv = inventory if isinstance(inventory, Inventory) else load_inventory(inventory)
+        sizes = {k: options.pop(k) for k in ("memory_gb", "cpus") if k in options}
+        request = request_for(inv, chip, n, cluster or (), **sizes)
+        return submit(spec_from_quick(self), inv, request, dry_run, **options)
+
     def __call__(self):
         """Create the pending job and run it (``job = q.build(); job()`` in the seed).
 

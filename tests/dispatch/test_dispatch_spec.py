@@ -181,15 +181,21 @@ def test_package_is_the_commit_reproducibly(repo):
 
 def test_dirty_tree_is_refused_unless_allowed(repo):
     revision, _ = package_code(repo)
-    (repo / "pkg" / "a.py").write_text("A = 2\n")
+    (repo / "pkg" / "a.py").write_text("A = 2\nfrom pkg.b import B\n")
+    (repo / "pkg" / "b.py").write_text("B = 1\n")  # new, not committed yet: the changed code needs it
+    (repo / ".gitignore").write_text("*.log\n")
+    (repo / "debug.log").write_text("ignored\n")
     with pytest.raises(DirtyTreeError, match=r"uncommitted changes \(pkg/a.py\).*allow_dirty=True"):
         package_code(repo)
     dirty, data = package_code(repo, allow_dirty=True)
-    assert dirty.startswith(revision + "-dirty-") and names(data)["pkg/a.py"] == b"A = 2\n"
-    assert "notes.txt" not in names(data)
+    assert dirty.startswith(revision + "-dirty-")
+    assert sorted(names(data)) == [".gitignore", "README.md", "pkg/a.py", "pkg/b.py"]
+    assert names(data)["pkg/a.py"] == b"A = 2\nfrom pkg.b import B\n"
     assert package_code(repo, allow_dirty=True) == (dirty, data)
     (repo / "pkg" / "a.py").write_text("A = 3\n")
     assert package_code(repo, allow_dirty=True)[0] != dirty  # another content, another revision
+    os.remove(repo / "README.md")
+    assert "README.md" not in names(package_code(repo, allow_dirty=True)[1])  # deleted: not shipped
 
 
 def test_package_outside_a_repository_is_a_clear_error(tmp_path):

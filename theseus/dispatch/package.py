@@ -3,10 +3,11 @@
 ``package_code(repo)`` returns ``(revision, tarball bytes)``: ``git archive HEAD``
 of the repository, so what runs remotely is exactly a commit. A tree with
 uncommitted changes to tracked files is refused (the run could not be traced
-back to its code) unless ``allow_dirty=True``: then the working tree's tracked
-files are packed and the revision is ``<commit>-dirty-<hash of the content>``.
-Untracked files are never shipped. The tarball is reproducible: the same
-content gives the same bytes (no timestamps in the gzip header).
+back to its code) unless ``allow_dirty=True``: then the working tree is packed
+as it is (tracked files, and untracked ones git does not ignore, since changed
+code may import them) and the revision is ``<commit>-dirty-<hash of the
+content>``. A clean tree ships the commit alone. The tarball is reproducible:
+the same content gives the same bytes (no timestamps in the gzip header).
 
 >>> import io, subprocess, tarfile, tempfile, pathlib
 >>> repo = pathlib.Path(tempfile.mkdtemp())
@@ -52,8 +53,9 @@ def _gzip(tar: bytes) -> bytes:
 
 
 def _working_tree_tar(repo: str) -> bytes:
-    """A tar of the tracked files as they are in the working tree (deleted ones skipped), sorted, no owners."""
-    names = sorted(n for n in _git(repo, "ls-files", "-z").split("\0") if n)
+    """A tar of the working tree's tracked and not-ignored untracked files (deleted ones skipped), sorted, no owners."""
+    listed = _git(repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    names = sorted({n for n in listed.split("\0") if n})
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name in names:
@@ -98,6 +100,6 @@ def package_code(repo: str | os.PathLike = ".", allow_dirty: bool = False) -> tu
         shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
         raise DirtyTreeError(
             f"{top} has uncommitted changes ({shown}): commit them so the run can be traced to its code, "
-            "or pass allow_dirty=True (--allow-dirty) to ship the working tree's tracked files")
+            "or pass allow_dirty=True (--allow-dirty) to ship the working tree as it is")
     tar = _working_tree_tar(top)
     return f"{commit}-dirty-{hashlib.sha256(tar).hexdigest()[:12]}", _gzip(tar)
