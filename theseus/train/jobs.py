@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from theseus.jobs import Job, job
+from theseus.jobs import Job, _NullWriter, job
 from theseus.store import Node
 from theseus.train.config import PretrainConfig
 
@@ -107,7 +107,7 @@ class Pretrain(Job):
     def tick(self) -> Node:
         """Train exactly one step (consuming ``batch()``) and write its node like a normal step."""
         if self.writer is None:
-            with self.store.writer() as w:
+            with (self.store.writer() if self.primary else _NullWriter()) as w:  # only process 0 writes records
                 self.writer = w
                 try:
                     self.trainer.tick()
