@@ -42,6 +42,15 @@ def _size(n: int) -> str:
     return f"{value:.1f} GiB"
 
 
+def _count(n: int, noun: str) -> str:
+    """``n noun`` with an s when n != 1.
+
+    >>> _count(1, "run"), _count(2, "run")
+    ('1 run', '2 runs')
+    """
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _short(value) -> str:
     text = json.dumps(value) if not isinstance(value, str) else value
     return text if len(text) <= 40 else text[:37] + "..."
@@ -52,7 +61,7 @@ def _gaps(run: RunAudit) -> str:
         return "no gaps"
     shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in run.gaps[:_SHOWN_GAPS])
     more = ", ..." if len(run.gaps) > _SHOWN_GAPS else ""
-    return f"{len(run.gaps)} gap{'s' if len(run.gaps) > 1 else ''} in seq ({shown}{more})"
+    return f"{_count(len(run.gaps), 'gap')} in seq ({shown}{more})"
 
 
 def _node(node_id: str | None) -> str:
@@ -82,7 +91,7 @@ def _config_lines(ckpt: CheckpointAudit, run: RunAudit) -> list[str]:
         return [f"config: {len(flatten(ckpt.config))} keys"]
     if not ckpt.changes:
         return [f"config: same as {escape(_against(ckpt, run))}"]
-    lines = [f"config: {len(ckpt.changes)} changes from {escape(_against(ckpt, run))}"]
+    lines = [f"config: {_count(len(ckpt.changes), 'change')} from {escape(_against(ckpt, run))}"]
     for change in ckpt.changes[:_SHOWN_CHANGES]:
         lines.append(f"    {escape(change.key)}: {escape(_short(change.before))} -> {escape(_short(change.after))}")
     if len(ckpt.changes) > _SHOWN_CHANGES:
@@ -136,8 +145,8 @@ def render(report: AuditReport, console: Console, show_config: bool = False) -> 
         console.print(text, soft_wrap=True)
 
     scope = f" (run {report.nonce})" if report.nonce else ""
-    say(f"[bold]audit of {escape(report.root)}{scope}[/bold]: {len(report.runs)} runs, "
-        f"{report.segments} log segments, {report.files} checkpoint files, "
+    say(f"[bold]audit of {escape(report.root)}{scope}[/bold]: {_count(len(report.runs), 'run')}, "
+        f"{_count(report.segments, 'log segment')}, {_count(report.files, 'checkpoint file')}, "
         f"{_size(report.bytes_verified)} verified in {report.seconds:.2f} s")
     for run in report.runs:
         _print_run(run, say, show_config)
@@ -148,11 +157,11 @@ def render(report: AuditReport, console: Console, show_config: bool = False) -> 
             mark = "[red]error  [/red]" if p.severity == "error" else "[yellow]warning[/yellow]"
             say(f"  {mark} {escape(p.kind)}: {escape(p.message)}")
     say("")
-    warnings = f" ({len(report.warnings)} warnings)" if report.warnings else ""
+    warnings = f" ({_count(len(report.warnings), 'warning')})" if report.warnings else ""
     if report.ok:
         say(f"[bold green]OK[/bold green]: no integrity failures{warnings}")
     else:
-        say(f"[bold red]FAILED[/bold red]: {len(report.errors)} integrity failures{warnings}")
+        say(f"[bold red]FAILED[/bold red]: {_count(len(report.errors), 'integrity failure')}{warnings}")
 
 
 def _bad_input(message: str) -> None:
@@ -222,7 +231,7 @@ def gc_command(
         console.print(f"{verb} {escape(rel)}")
     for rel, reason in report.kept:
         console.print(f"kept {escape(rel)}: {escape(reason)}")
-    console.print(f"{verb} {len(report.deleted)} folders ({_size(report.bytes)})")
+    console.print(f"{verb} {_count(len(report.deleted), 'folder')} ({_size(report.bytes)})")
 
 
 def register(app: typer.Typer) -> None:

@@ -9,18 +9,20 @@ it with :func:`copy_root` before changing anything.
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 
 import pytest
 
-from tests.trainer._helpers import write_dataset
+from tests.trainer._helpers import VOCAB, write_dataset
 from tests.trainer.conftest import _compilation_cache  # noqa: F401  (a session fixture: compiled once)
 from theseus.jobs import Job, job
 from theseus.quick import quick
+from theseus.train.manifest import write_atomic
 
 STEP_TOKENS = 8 * 16
 TINY = {
-    "architecture": {"n_embd": 16, "n_layers": 1, "n_head": 2, "block_size": 16},
+    "architecture": {"n_embd": 16, "n_layers": 1, "n_head": 2, "block_size": 16, "vocab_size": VOCAB},
     "training": {"batch_size": 8, "per_device_batch_size": 8, "tokens": STEP_TOKENS * 6, "validation_steps": 1},
     "logging": {"report_interval": 1, "checkpoint_interval": 3, "validation_interval": 3},
 }
@@ -64,6 +66,8 @@ def _train(root: str) -> str:
 def built(tmp_path_factory, _compilation_cache) -> Built:  # noqa: F811
     root = str(tmp_path_factory.mktemp("audit") / "root")
     write_dataset(root, tokens=5000)
+    for dtype in ("float32", "bfloat16"):  # the trainer's CPU peak cache: skip measuring it (MFU is not audited)
+        write_atomic(f"{root}/meta/cpu_peak/cpu-{dtype}.json", json.dumps({f"cpu/{dtype}": 1e11}).encode())
     main = _train(root)
     with quick(root) as q:  # resume the tip with an edited config: same lineage, seq 7..8
         q.find().nonce(main).checkpoint().resume()

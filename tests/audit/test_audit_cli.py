@@ -39,7 +39,7 @@ def test_corrupt_checkpoint_fails_with_the_file_named(copy_root, built):
     open(index, "wb").write(bytes(data))
     result = runner.invoke(app, ["audit", root])
     assert result.exit_code == 1
-    assert os.path.relpath(index, root) in result.output and "FAILED: 1 integrity failures" in result.output
+    assert os.path.relpath(index, root) in result.output and "FAILED: 1 integrity failure" in result.output
     as_json = runner.invoke(app, ["audit", root, built.branch, "--json"])
     assert as_json.exit_code == 1
     body = json.loads(as_json.output)
@@ -71,6 +71,6 @@ def test_gc_dry_run_then_delete(copy_root, built):
     dry = runner.invoke(app, ["gc", root, "--dry-run", "--min-age", "0"])
     assert dry.exit_code == 0 and f"would delete {rel}" in dry.output and os.path.exists(garbage)
     done = runner.invoke(app, ["gc", root, "--min-age", "0"])
-    assert done.exit_code == 0 and f"deleted {rel}" in done.output and "deleted 1 folders" in done.output
+    assert done.exit_code == 0 and f"deleted {rel}" in done.output and "deleted 1 folder " in done.output
     assert not os.path.exists(garbage)
     assert runner.invoke(app, ["audit", root]).exit_code == 0

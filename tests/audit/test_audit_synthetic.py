@@ -101,3 +101,24 @@ def test_a_gcs_root_is_audited_through_fsspec(gcs_emulator, tmp_path):
         gc(url, min_age_s=0)
     fs.pipe_file(segment, whole)
     assert gc(url, min_age_s=0).deleted == (garbage[len(path) + 1:],) and not fs.exists(garbage)
+
+
+def test_unfinished_runs_gaps_and_inconsistent_parents(tmp_path):
+    from theseus.store import Node
+
+    store = Store(str(tmp_path))
+    start = Node.start("proj.grp.killed")
+    with store.writer() as w:
+        w.job(start, "doc/job", "a: 1\n")
+        w.write(Node(start.name, start.nonce, 4, Node(start.name, start.nonce, 3).id), {"train/loss": 1.0})
+        w.write(Node(start.name, start.nonce, 6, start.id), {"train/loss": 0.5})  # parent is not seq 5
+    report = audit(str(tmp_path))
+    [run] = report.runs
+    assert run.status == "running" and run.gaps == ((1, 3), (5, 5)) and run.last_seq == 6
+    found = {p.kind: p for p in report.problems}
+    assert found["unfinished-run"].severity == "warning" and "never finished" in found["unfinished-run"].message
+    assert found["lineage"].severity == "error" and "seq 6" in found["lineage"].message
+    assert not report.ok
+    result = runner.invoke(app, ["audit", str(tmp_path)])
+    assert "1 integrity failure (1 warning)" in result.output
+    assert result.exit_code == 1 and "2 gaps in seq (1-3, 5)" in result.output
