@@ -63,7 +63,7 @@ GRID_KEYS = [
 ]  # train/tokens is an int key, the rest floats
 HISTORY_KEYS = ["train/loss", "val/loss"]
 TOKENS_CUT = 700_000
-DATASET_VERSION = 1
+DATASET_VERSION = 2  # 2: segments with a block index; compaction writes the view
 
 ROWS: list[dict] = []
 

@@ -10,8 +10,9 @@ batches = st.lists(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["a", "
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(batches=batches, compact=st.booleans())
+@given(batches=batches, compact=st.integers(-1, 5))
 def test_fold_is_latest_value_per_key(tmp_path_factory, batches, compact):
+    """Compaction (which writes the view) after ``compact`` batches; later batches fold on top of it."""
     root = tmp_path_factory.mktemp("fold")
     store = Store(root)
     base = Node.start("prop")
@@ -19,12 +20,14 @@ def test_fold_is_latest_value_per_key(tmp_path_factory, batches, compact):
     for _ in range(3):
         nodes.append(nodes[-1].next())
     expected: dict[tuple[int, str], float] = {}
-    for batch in batches:  # each batch is one writer, one segment, written after the previous
+    for i, batch in enumerate(batches):  # each batch is one writer, one segment, written after the previous
+        if i == compact:
+            store.compact()
         with store.writer() as w:
             for seq, key, value in batch:
                 w.write(nodes[seq], {key: value})
                 expected[(seq, key)] = float(value)
-    if compact:
+    if compact >= len(batches):
         store.compact()
     rows = store.find().nonce(base.nonce).frame().collect()
     got = {}

@@ -13,6 +13,9 @@ MODULES = [
     "theseus.store.writer",
     "theseus.store.cursor",
     "theseus.store.store",
+    "theseus.store.fold",
+    "theseus.store.scope",
+    "theseus.store.view",
 ]
 
 

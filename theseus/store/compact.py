@@ -8,8 +8,6 @@ leaves a readable log.
 
 from __future__ import annotations
 
-import io
-import json
 import secrets
 from typing import TYPE_CHECKING
 
@@ -18,8 +16,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
-from theseus.store.schema import KEYS_METADATA, SEGMENT_SCHEMA, merge_types
-from theseus.store.segments import CorruptSegment, partition_of, run_dir, segment_name
+from theseus.store.schema import KEYS_METADATA, SEGMENT_SCHEMA
+from theseus.store.segments import CorruptSegment, encode, index_of, partition_of, run_dir, segment_name, sort_records
 
 if TYPE_CHECKING:
     from theseus.store.store import Store
@@ -28,11 +26,12 @@ if TYPE_CHECKING:
 def compact_run(store: Store, paths: list[str]) -> str | None:
     """Merge ``paths`` (segments of one run) into one new segment; returns its path.
 
-    Rows are ordered by key then seq, so a scan for a few keys reads little.
+    Rows are ordered by key, seq, stamp and writer, with the block index of
+    ``segments`` in the footer, like a writer's segment.
     """
     if len(paths) < 2:
         return None
-    tables, keys = [], {}
+    tables = []
     for path in paths:
         try:
             with store.fs.open(path, "rb") as f:
@@ -41,20 +40,17 @@ def compact_run(store: Store, paths: list[str]) -> str | None:
             continue  # retired by a concurrent compaction: its records live in the merged file
         except Exception as e:
             raise CorruptSegment(f"cannot compact: corrupt or truncated segment {rootfs.url(store.fs, path)}: {e}") from e
-        for k, t in json.loads(table.schema.metadata[KEYS_METADATA]).items():
-            keys[k] = merge_types(keys[k], t) if k in keys else t
+        if KEYS_METADATA not in (table.schema.metadata or {}):
+            raise CorruptSegment(f"cannot compact: {rootfs.url(store.fs, path)} has no theseus footer")
         tables.append(table.replace_schema_metadata(None).cast(SEGMENT_SCHEMA))
     if len(tables) < 2:
         return None
-    merged = pa.concat_tables(tables)
-    merged = merged.take(pc.sort_indices(merged, [("key", "ascending"), ("seq", "ascending"), ("stamp", "ascending")]))
-    merged = merged.replace_schema_metadata({KEYS_METADATA: json.dumps(keys, sort_keys=True).encode()})
-    sink = io.BytesIO()
-    pq.write_table(merged, sink, compression="zstd", row_group_size=1 << 20)
+    merged = sort_records(pa.concat_tables(tables))
+    keys, index = index_of(merged)
     name, nonce = partition_of(paths[0])
     stamp = max(pc.max(t["stamp"]).as_py() or 0 for t in tables)
     target = f"{run_dir(store.path(), name, nonce)}/{segment_name(stamp, secrets.token_hex(4), 0, prefix='c')}"
-    rootfs.publish(store.fs, target, sink.getvalue())
+    rootfs.publish(store.fs, target, encode(merged, keys, index))
     for path in paths:
         try:
             store.fs.rm_file(path)

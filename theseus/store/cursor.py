@@ -12,7 +12,8 @@ import polars as pl
 
 from theseus.store import schema
 from theseus.store.node import Node, check_nonce, decode_id, normalize_name
-from theseus.store.reader import NODE_COLUMNS, WRITTEN, find_corrupt, fold, latest_value, scan
+from theseus.store.fold import WRITTEN, node_ids
+from theseus.store.scope import Scope
 from theseus.store.segments import CorruptSegment
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from theseus.store.store import Store
 
 OPS = ("==", "!=", "<", "<=", ">", ">=", "in")
+IDENTITY = ("node", "name", "nonce", "seq", "parent")
 _RETRIES = 30  # re-list and retry when a compaction retires a segment mid-read
 
 
@@ -155,8 +157,8 @@ class Cursor:
 
     def all(self) -> list[Node]:
         """The matching nodes."""
-        rows = self._run([]).select(NODE_COLUMNS).iter_rows(named=True)
-        return [Node(r["name"], r["nonce"], r["seq"], r["parent"]) for r in rows]
+        rows = self._run([], parent=True).select("name", "nonce", "seq", "parent").iter_rows()
+        return [Node(name, nonce, seq, parent) for name, nonce, seq, parent in rows]
 
     def first(self) -> Node:
         """The first matching node; EmptyResult when none match."""
@@ -181,19 +183,15 @@ class Cursor:
             if isinstance(keys, str):
                 keys = [keys]
             keys = [schema.check_user_key(k) for k in keys]
-        frame = self._run(keys, all_user_keys=keys is None)
-        columns = [c for c in frame.columns if c not in NODE_COLUMNS and not c.startswith("_")]
-        if keys is not None:
-            columns = keys
-        if not columns:
-            return []
-        frame = frame.select(columns).filter(pl.any_horizontal(pl.col(c).is_not_null() for c in columns))
-        return frame.to_dicts()
+        frame = self._run(keys, all_user_keys=keys is None, select=True)
+        return _dicts(frame) if frame.width else []
 
     def frame(self) -> pl.LazyFrame:
         """The result as a Polars LazyFrame: node identity plus every user key."""
-        frame = self._run(None, all_user_keys=True)
-        return frame.select([c for c in frame.columns if not c.startswith("_")]).lazy()
+        frame = self._run(None, all_user_keys=True, parent=True)
+        keys = [c for c in frame.columns if c not in IDENTITY and not c.startswith("_")]
+        node = node_ids(pl.col("name"), pl.col("nonce"), pl.col("seq")).alias("node")
+        return frame.select(node, "name", "nonce", "seq", "parent", *keys).lazy()
 
     def to_pandas(self) -> pandas.DataFrame:
         """The result as a pandas DataFrame."""
@@ -228,33 +226,31 @@ class Cursor:
 
     # -- execution ----------------------------------------------------------------
 
-    def _run(self, select_keys: list[str] | None, all_user_keys: bool = False) -> pl.DataFrame:
-        """Plan and collect the result; retried when a compaction retires a segment mid-read."""
+    def _run(self, select_keys: list[str] | None, all_user_keys: bool = False, parent: bool = False,
+             select: bool = False) -> pl.DataFrame:
+        """Plan and collect the result; retried when a compaction retires a segment mid-read.
+
+        With ``select``, only the value columns (``select_keys``, or every user key),
+        and only rows holding one of them.
+        """
         for attempt in range(_RETRIES):
-            paths = self.store._segments(self.name_glob, self.nonce_glob) if "\x00" not in self.name_glob + self.nonce_glob else []
             try:
-                return self._plan(paths, select_keys, all_user_keys).collect()
-            except FileNotFoundError:
-                if attempt == _RETRIES - 1:
-                    raise
-                time.sleep(0.002 * attempt)
+                scope = Scope(self.store, self.name_glob, self.nonce_glob)
+                return self._plan(scope, select_keys, all_user_keys, parent, select).collect()
             except CorruptSegment:
                 raise
-            except (pl.exceptions.PolarsError, OSError) as e:
-                if _missing_file(e) and attempt < _RETRIES - 1:
-                    time.sleep(0.002 * attempt)
-                    continue
-                corrupt = find_corrupt(self.store.fs, paths)
-                if corrupt is not None:
-                    raise corrupt from e
-                raise
+            except (FileNotFoundError, pl.exceptions.PolarsError, OSError) as e:
+                if not (isinstance(e, FileNotFoundError) or _missing_file(e)) or attempt == _RETRIES - 1:
+                    raise
+                time.sleep(0.002 * attempt)
         raise AssertionError("unreachable")
 
-    def _plan(self, paths: list[str], select_keys: list[str] | None, all_user_keys: bool) -> pl.LazyFrame:
-        types = self.store._footers.keys(paths)
+    def _plan(self, scope: Scope, select_keys: list[str] | None, all_user_keys: bool, parent: bool,
+              select: bool = False) -> pl.LazyFrame:
+        types = scope.types()
         used = [f[1] for f in self.node_filters if f[0] in ("has", "where")] + [k for k, _ in self.sorts]
         used += select_keys or []
-        if paths:
+        if scope.runs:
             for key in used:
                 if key not in types and not key.startswith("_"):
                     _unknown_key(key, types)
@@ -264,48 +260,66 @@ class Cursor:
         fold_keys = {k: types.get(k, "str") for k in dict.fromkeys(used)}
         if all_user_keys:
             fold_keys.update({k: t for k, t in types.items() if not k.startswith("_")})
-        log = scan(self.store.fs, paths)
-
+        rejecting = [f for f in self.node_filters if f[0] in ("has", "where")]
+        if rejecting:
+            rows = [rejecting[0][1]]  # a wanted node must hold this key: fold only those
+        elif select_keys and self.limit_n is None and not self.only_latest:
+            rows = list(select_keys)  # select() drops nodes holding none of its keys
+        else:
+            rows = None
+        run_filter = self._run_filter() if self.run_filters else None
+        nodes, ordered = scope.nodes(fold_keys, rows, parent=parent, written=self.only_latest, run_filter=run_filter,
+                                     run_keys=(schema.JOB, schema.FINISHED) if run_filter else ())
         for f in self.node_filters:
             if f[0] == "seq":
-                log = log.filter(pl.col("seq") == f[1])
+                nodes = nodes.filter(pl.col("seq") == f[1])
             elif f[0] == "node":
-                log = log.filter(pl.col("node") == f[1])
-        if self.run_filters:
-            log = log.join(self._runs(log), on=["name", "nonce"], how="semi")
-        rejecting = [f for f in self.node_filters if f[0] in ("has", "where")]
-        nodes = fold(log, fold_keys, anchor=rejecting[0][1] if rejecting else None, written=self.only_latest)
-        for f in rejecting:
-            if f[0] == "has":
+                nodes = nodes.filter(pl.col("seq") == decode_id(f[1])[2])
+            elif f[0] == "has":
                 nodes = nodes.filter(pl.col(f[1]).is_not_null())
             else:
                 nodes = nodes.filter(_compare(pl.col(f[1]), f[2], f[3]))
         if self.only_latest:
-            nodes = nodes.sort(WRITTEN, descending=True).head(1)
-        by = [k for k, _ in self.sorts] + ["name", "nonce", "seq"]
-        descending = [not a for _, a in self.sorts] + [False, False, False]
-        nodes = nodes.sort(by, descending=descending, nulls_last=True)
+            nodes = nodes.sort([WRITTEN, "name", "nonce", "seq"], descending=[True, False, False, False]).head(1)
+        by, descending = [k for k, _ in self.sorts], [not a for _, a in self.sorts]
+        if ordered and by:  # a stable sort keeps ties in the default order (and lets Polars take a top-k)
+            nodes = nodes.sort(by, descending=descending, nulls_last=True, maintain_order=True)
+        elif not ordered:
+            nodes = nodes.sort([*by, "name", "nonce", "seq"], descending=[*descending, False, False, False], nulls_last=True)
         if self.limit_n is not None:
             nodes = nodes.head(self.limit_n)
+        if select:
+            columns = select_keys if select_keys is not None else [k for k in fold_keys if not k.startswith("_")]
+            nodes = nodes.select(columns)
+            if rows != columns and columns:
+                nodes = nodes.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in columns))
         return nodes
 
-    def _runs(self, log: pl.LazyFrame) -> pl.LazyFrame:
-        """(name, nonce) of runs passing every run-level filter."""
-        runs = log.select("name", "nonce").unique()
-        for kind, value in self.run_filters:
-            if kind == "job":
-                match = log.filter((pl.col("key") == schema.JOB) & (pl.col("str") == value)).select("name", "nonce").unique()
-                runs = runs.join(match, on=["name", "nonce"], how="semi")
-            else:
-                done = (
-                    log.filter(pl.col("key") == schema.FINISHED)
-                    .group_by("name", "nonce")
-                    .agg(latest_value(schema.FINISHED, "bool"))
-                    .filter(pl.col(schema.FINISHED))
-                    .select("name", "nonce")
-                )
-                runs = runs.join(done, on=["name", "nonce"], how="semi" if value else "anti")
-        return runs
+    def _run_filter(self):
+        """A predicate on a run's latest ``_job`` / ``_finished`` records (by write stamp)."""
+
+        def keep(latest: dict) -> bool:
+            for kind, value in self.run_filters:
+                if kind == "job" and latest.get(schema.JOB, (None,))[0] != value:
+                    return False
+                if kind == "finished" and (latest.get(schema.FINISHED, (None,))[0] is True) != value:
+                    return False
+            return True
+
+        return keep
+
+
+def _dicts(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    """Rows as dicts, built from Python lists (faster than ``DataFrame.to_dicts`` for few columns)."""
+    columns = frame.columns
+    lists = [frame[c].to_list() for c in columns]
+    if len(columns) == 1:
+        (a,) = columns
+        return [{a: x} for x in lists[0]]
+    if len(columns) == 2:
+        a, b = columns
+        return [{a: x, b: y} for x, y in zip(*lists)]
+    return [dict(zip(columns, row)) for row in zip(*lists)]
 
 
 def _compare(col: pl.Expr, op: str, value: Any) -> pl.Expr:

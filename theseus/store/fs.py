@@ -45,9 +45,10 @@ def url(fs: fsspec.AbstractFileSystem, path: str) -> str:
 def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
     """Make ``data`` visible at ``path`` whole or not at all.
 
-    Locally: write a temporary name in the same folder (ending ``.tmp``, which
-    no reader lists), fsync, rename, fsync the folder. On object stores a
-    single upload only becomes visible when it completes.
+    Locally: write a temporary name in the same folder (``.<name>.<random>.tmp``,
+    which no reader lists), fsync, rename, fsync the folder (and, for a folder
+    this call created, its parents). On object stores a single upload only
+    becomes visible when it completes.
 
     >>> fs, p = open_root("/tmp/theseus-doc")
     >>> publish(fs, p + "/hello.txt", b"hi")
@@ -57,22 +58,44 @@ def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
     if not is_local(fs):
         fs.pipe_file(path, data)
         return
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
+    folder, name = path.rsplit("/", 1)
+    if not os.path.isdir(folder):
+        _make_folder(folder)
+    tmp = f"{folder}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            view, written = memoryview(data), 0
+            while written < len(view):
+                written += os.write(fd, view[written:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.rename(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    dir_fd = os.open(folder, os.O_RDONLY)
+    _fsync_folder(folder)
+
+
+def _make_folder(folder: str) -> None:
+    """Create ``folder`` and its missing parents, fsyncing each parent so new entries survive a crash."""
+    missing = []
+    while not os.path.isdir(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    for new in reversed(missing):
+        try:
+            os.mkdir(new)
+        except FileExistsError:
+            pass
+        _fsync_folder(os.path.dirname(new))
+
+
+def _fsync_folder(folder: str) -> None:
+    fd = os.open(folder, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
+        os.fsync(fd)
     finally:
-        os.close(dir_fd)
+        os.close(fd)

@@ -149,7 +149,11 @@ class Node:
         """The following moment of the same lineage."""
         # name, nonce and parent id are already valid: skip __post_init__'s re-validation,
         # which costs a regex per name part and a base64 decode of the parent id per step
+        own = self.__dict__
+        parent = own.get("id")
+        if parent is None:  # what the cached ``id`` property stores, without its lock
+            parent = own["id"] = encode_id(self.name, self.nonce, self.seq)
         node = object.__new__(Node)
         fields = node.__dict__
-        fields["name"], fields["nonce"], fields["seq"], fields["parent"] = self.name, self.nonce, self.seq + 1, self.id
+        fields["name"], fields["nonce"], fields["seq"], fields["parent"] = self.name, self.nonce, self.seq + 1, parent
         return node

@@ -1,4 +1,4 @@
-"""Reading segments into Polars and folding records into nodes."""
+"""Reading the raw log into Polars (run summaries, ``theseus ls``); the cursor folds through ``fold``."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
+from theseus.store.fold import WRITTEN  # noqa: F401 - the CLI reads it from here
 from theseus.store.schema import SEGMENT_SCHEMA
 from theseus.store.segments import CorruptSegment, partition_of
 
 HIVE = {"name": pl.String, "nonce": pl.String}
-NODE_COLUMNS = ["node", "name", "nonce", "seq", "parent"]
-WRITTEN = "_written"
 
 
 def empty_frame() -> pl.LazyFrame:
@@ -54,19 +53,6 @@ def _read_remote(fs: fsspec.AbstractFileSystem, path: str) -> pa.Table:
     )
 
 
-def find_corrupt(fs: fsspec.AbstractFileSystem, paths: list[str]) -> CorruptSegment | None:
-    """The first segment of ``paths`` that does not read whole, as an error naming it."""
-    for path in paths:
-        try:
-            with fs.open(path, "rb") as f:
-                pq.read_table(f)
-        except FileNotFoundError:
-            continue
-        except Exception as e:
-            return CorruptSegment(f"corrupt or truncated segment {rootfs.url(fs, path)}: {e}")
-    return None
-
-
 def value_expr(kind: str) -> pl.Expr:
     """The value column of a key of read type ``kind`` (int folds into float, anything into str)."""
     if kind == "float":
@@ -92,28 +78,3 @@ def latest_records(frame: pl.LazyFrame) -> pl.LazyFrame:
     group = ["node", "key"]
     latest = frame.filter(pl.col("stamp") == pl.col("stamp").max().over(group))
     return latest.filter(pl.col("writer") == pl.col("writer").max().over(group)).unique(subset=group, keep="any")
-
-
-def fold(frame: pl.LazyFrame, keys: dict[str, str], anchor: str | None = None, written: bool = False) -> pl.LazyFrame:
-    """One row per node: its identity and, per key, the latest value (by write stamp).
-
-    With ``anchor`` (a key every wanted node must hold) the nodes are those
-    holding it, which avoids grouping every record of the scope; ``written``
-    adds the node's last write stamp (for ``latest()``).
-    """
-    records = latest_records(frame.filter(pl.col("key").is_in(list(keys))) if keys else frame.head(0))
-    identity = ["node", "name", "nonce", "seq", "parent"]
-    if anchor is not None:
-        nodes = records.filter(pl.col("key") == anchor).select(*identity, value_expr(keys[anchor]).alias(anchor))
-        rest = [k for k in keys if k != anchor]
-    else:
-        nodes = frame.group_by("node").agg(
-            pl.col("name").first(), pl.col("nonce").first(), pl.col("seq").first(), pl.col("parent").drop_nulls().first()
-        )
-        rest = list(keys)
-    for key in rest:
-        column = records.filter(pl.col("key") == key).select("node", value_expr(keys[key]).alias(key))
-        nodes = nodes.join(column, on="node", how="left")
-    if written:
-        nodes = nodes.join(frame.group_by("node").agg(pl.col("stamp").max().alias(WRITTEN)), on="node", how="left")
-    return nodes

@@ -43,6 +43,8 @@ SEGMENT_SCHEMA = pa.schema(
 
 # Parquet footer metadata: {key: type} of the keys a segment holds.
 KEYS_METADATA = b"theseus.keys"
+# Parquet footer metadata: where each key's rows are (see segments.Footer).
+INDEX_METADATA = b"theseus.index"
 
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-./:@]*$")
 

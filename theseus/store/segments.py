@@ -1,21 +1,41 @@
-"""Segments: the immutable Parquet files of the log, their names, listing and footers."""
+"""Segments: the immutable Parquet files of the log, their names, listing and footers.
+
+Every segment has the columns of ``schema.SEGMENT_SCHEMA`` and two footer entries:
+
+- ``theseus.keys``: ``{key: type}`` of the keys it holds;
+- ``theseus.index``: ``{"stamps": [min, max], "blocks": {key: [start, stop, seq_min,
+  seq_max, distinct, [columns]]}}``. The rows of one key are contiguous (``start:stop``)
+  and ordered by (seq, stamp, writer); ``distinct`` counts their seqs and ``columns``
+  names the value columns they use. Readers fold a run from these blocks without
+  grouping or deduplicating whole segments (``theseus.store.fold``).
+
+A segment without ``theseus.index`` (written by hand, or by an older theseus) is
+still read: its blocks are computed in memory.
+"""
 
 from __future__ import annotations
 
+import fnmatch
 import io
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import fsspec
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
-from theseus.store.schema import KEYS_METADATA, SEGMENT_SCHEMA, merge_types
+from theseus.store.schema import INDEX_METADATA, KEYS_METADATA, SEGMENT_SCHEMA, TYPES, merge_types
 
 LOG = "log"
 SMALL_SEGMENT_ROWS = 4096
+_DICTIONARY = ["node", "parent", "writer", "key", "str"]
+_STATISTICS = ["seq", "stamp", "key", "float", "int", "bool"]
 
 
 def run_dir(root: str, name: str, nonce: str) -> str:
@@ -36,15 +56,88 @@ def segment_name(stamp: int, writer: str, counter: int, prefix: str = "s") -> st
     return f"{prefix}-{stamp:019d}-{writer}-{counter:06d}.parquet"
 
 
-def encode(columns: dict[str, pa.Array], keys: dict[str, str]) -> bytes:
-    """Serialise one segment: the fixed schema plus a footer naming its keys and types."""
-    table = pa.Table.from_arrays([columns[f.name] for f in SEGMENT_SCHEMA], schema=SEGMENT_SCHEMA)
-    table = table.replace_schema_metadata({KEYS_METADATA: json.dumps(keys, sort_keys=True).encode()})
-    sink = io.BytesIO()
-    # zstd's setup costs more than it saves on a small live segment; compaction compresses
+class Block(NamedTuple):
+    """Where one key's rows are in a segment: ``start:stop``, ordered by (seq, stamp, writer)."""
+
+    start: int
+    stop: int
+    seq_min: int
+    seq_max: int
+    distinct: int
+    columns: tuple[str, ...]
+
+    @property
+    def dense(self) -> bool:
+        """True when the block holds every seq from seq_min to seq_max, each once or more."""
+        return self.distinct == self.seq_max - self.seq_min + 1
+
+
+def encode(table: pa.Table, keys: dict[str, str], index: dict) -> bytes:
+    """Serialise one segment: the fixed columns plus its keys and block index in the footer.
+
+    Columns may be dictionary arrays (the writer's node ids); they are stored as plain
+    strings, so every segment reads back with the same schema.
+    """
     compression = "zstd" if table.num_rows >= SMALL_SEGMENT_ROWS else "none"
-    pq.write_table(table, sink, compression=compression, row_group_size=1 << 20)
+    sink = io.BytesIO()
+    # dictionary pages and statistics only where they pay: hashing 80k random floats or
+    # comparing 80k node ids costs more than all the rest of a flush
+    with pq.ParquetWriter(sink, table.schema.remove_metadata(), compression=compression, store_schema=False,
+                          use_dictionary=_DICTIONARY, write_statistics=_STATISTICS) as w:
+        if table.num_rows < SMALL_SEGMENT_ROWS:
+            w.write_table(table)
+        else:  # a row group per key, so a reader of a few keys reads only their rows
+            for start, stop, *_ in index["blocks"].values():
+                w.write_table(table.slice(start, stop - start), row_group_size=1 << 20)
+        w.add_key_value_metadata({
+            KEYS_METADATA.decode(): json.dumps(keys, sort_keys=True),
+            INDEX_METADATA.decode(): json.dumps(index, separators=(",", ":")),
+        })
     return sink.getvalue()
+
+
+def sort_records(table: pa.Table) -> pa.Table:
+    """Records ordered as a segment stores them: by key, then seq, stamp and writer."""
+    order = pc.sort_indices(table, [("key", "ascending"), ("seq", "ascending"), ("stamp", "ascending"), ("writer", "ascending")])
+    return table.take(order)
+
+
+def index_of(table: pa.Table) -> tuple[dict[str, str], dict]:
+    """``(keys, index)`` footers of a table already in :func:`sort_records` order.
+
+    >>> t = pa.table({"key": ["a", "a", "b"], "seq": [0, 1, 0], "stamp": [5, 6, 7], "float": [1.0, 2.0, None],
+    ...               "int": [None, None, 3], "bool": pa.nulls(3, pa.bool_()), "str": pa.nulls(3, pa.string())})
+    >>> index_of(t)
+    ({'a': 'float', 'b': 'int'}, {'stamps': [5, 7], 'blocks': {'a': [0, 2, 0, 1, 2, ['float']], 'b': [2, 3, 0, 0, 1, ['int']]}})
+    """
+    keys: dict[str, str] = {}
+    blocks = {}
+    if table.num_rows:
+        codes = table["key"].combine_chunks().dictionary_encode()
+        idx = codes.indices.to_numpy()
+        bounds = np.concatenate([[0], np.flatnonzero(idx[1:] != idx[:-1]) + 1, [len(idx)]])
+        seq = table["seq"].to_numpy()
+        for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            key = codes.dictionary[idx[start]].as_py()
+            used = [t for t in TYPES if table[t].slice(start, stop - start).null_count < stop - start]
+            s = seq[start:stop]
+            blocks[key] = [start, stop, int(s[0]), int(s[-1]), int(np.count_nonzero(s[1:] != s[:-1]) + 1), used]
+            for t in used:
+                keys[key] = merge_types(keys[key], t) if key in keys else t
+    stamps = table["stamp"]
+    index = {"stamps": [pc.min(stamps).as_py(), pc.max(stamps).as_py()] if table.num_rows else None, "blocks": blocks}
+    return keys, index
+
+
+@dataclass(frozen=True)
+class Footer:
+    """What a segment's footer says: its keys and types, its blocks, its stamp range."""
+
+    keys: dict[str, str]
+    blocks: dict[str, Block] | None
+    stamps: tuple[int, int] | None
+    rows: int
+    meta: pq.FileMetaData | None = field(default=None, compare=False, repr=False)
 
 
 def list_segments(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", nonce: str = "*") -> list[str]:
@@ -65,23 +158,29 @@ def list_segments(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", non
 
 
 def _list_local(root: str, name: str, nonce: str) -> list[str]:
-    import fnmatch
-
-    log = os.path.join(root, LOG)
+    log = f"{root}/{LOG}"
     out = []
-    for name_dir in _scandir(log):
-        if not name_dir.startswith("name=") or not fnmatch.fnmatchcase(name_dir[5:], name):
-            continue
-        literal = not any(c in nonce for c in "*?[")
-        nonce_dirs = [f"nonce={nonce}"] if literal else _scandir(os.path.join(log, name_dir))
-        for nonce_dir in nonce_dirs:
-            if not nonce_dir.startswith("nonce=") or not fnmatch.fnmatchcase(nonce_dir[6:], nonce):
-                continue
-            folder = os.path.join(log, name_dir, nonce_dir)
-            out.extend(
-                f"{folder}/{f}" for f in _scandir(folder) if f.endswith(".parquet") and not f.startswith(".")
-            )
+    literal = not _is_glob(nonce)
+    for name_dir in _matching(log, "name=", name, not _is_glob(name)):
+        base = f"{log}/{name_dir}"
+        for nonce_dir in _matching(base, "nonce=", nonce, literal):
+            folder = f"{base}/{nonce_dir}"
+            out.extend(f"{folder}/{f}" for f in _scandir(folder) if f[0] != "." and f.endswith(".parquet"))
     return out
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
+def _matching(folder: str, prefix: str, glob: str, literal: bool) -> list[str]:
+    """Entries ``prefix + value`` of ``folder`` whose value matches ``glob``."""
+    if literal:
+        return [prefix + glob] if os.access(f"{folder}/{prefix}{glob}", os.F_OK) else []
+    entries = [e for e in _scandir(folder) if e.startswith(prefix)]
+    if glob == "*":
+        return entries
+    return [e for e in entries if fnmatch.fnmatchcase(e[len(prefix):], glob)]
 
 
 def _scandir(path: str) -> list[str]:
@@ -101,25 +200,70 @@ def partition_of(path: str) -> tuple[str, str]:
     return parts[-3].removeprefix("name="), parts[-2].removeprefix("nonce=")
 
 
+def by_run(paths: list[str]) -> dict[tuple[str, str], list[str]]:
+    """Segment paths grouped by run, ``{(name, nonce): [path, ...]}`` (sorted).
+
+    >>> by_run(["/r/log/name=a.b.c/nonce=949e88/s-2.parquet", "/r/log/name=a.b.c/nonce=949e88/s-1.parquet"])
+    {('a.b.c', '949e88'): ['/r/log/name=a.b.c/nonce=949e88/s-1.parquet', '/r/log/name=a.b.c/nonce=949e88/s-2.parquet']}
+    """
+    runs: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(paths):
+        runs.setdefault(partition_of(path), []).append(path)
+    return runs
+
+
 class CorruptSegment(ValueError):
     """A segment that cannot be read; the message names the file."""
 
 
-def read_keys(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, str]:
-    """The ``{key: type}`` footer of one segment (reads the footer only)."""
+def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> Footer:
+    """The footer of one segment (reads the footer only); a bad file is a CorruptSegment naming it."""
     try:
-        with fs.open(path, "rb") as f:
-            meta = pq.read_metadata(f)
-        raw = (meta.metadata or {}).get(KEYS_METADATA)
-        if raw is None:
-            raise CorruptSegment(f"segment {path} has no '{KEYS_METADATA.decode()}' footer: not a theseus segment")
-        return json.loads(raw)
+        if rootfs.is_local(fs):
+            meta = pq.read_metadata(path)
+        else:
+            with fs.open(path, "rb") as f:
+                meta = pq.read_metadata(f)
     except FileNotFoundError:
         raise
-    except CorruptSegment:
+    except Exception as e:
+        raise CorruptSegment(f"corrupt or truncated segment {rootfs.url(fs, path)}: {e}") from e
+    kv = meta.metadata or {}
+    raw = kv.get(KEYS_METADATA)
+    if raw is None:
+        raise CorruptSegment(f"segment {rootfs.url(fs, path)} has no '{KEYS_METADATA.decode()}' footer: not a theseus segment")
+    try:
+        keys = json.loads(raw)
+        index = json.loads(kv[INDEX_METADATA]) if INDEX_METADATA in kv else None
+        blocks = None if index is None else {k: Block(*b[:5], tuple(b[5])) for k, b in index["blocks"].items()}
+        stamps = None if index is None or index["stamps"] is None else tuple(index["stamps"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptSegment(f"segment {rootfs.url(fs, path)} has a malformed theseus footer: {e}") from e
+    return Footer(keys, blocks, stamps, meta.num_rows, meta)
+
+
+def read_keys(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, str]:
+    """The ``{key: type}`` footer of one segment (reads the footer only)."""
+    return read_footer(fs, path).keys
+
+
+def read_columns(fs: fsspec.AbstractFileSystem, path: str, footer: Footer, columns: list[str] | None,
+                 groups: list[int] | None = None) -> pa.Table:
+    """Some columns (None: all) of some row groups (None: all) of a segment, reusing its parsed footer."""
+    try:
+        if rootfs.is_local(fs):
+            file = pq.ParquetFile(path, metadata=footer.meta)
+        else:
+            file = pq.ParquetFile(io.BytesIO(fs.cat_file(path)))
+        if groups is None or len(groups) == file.metadata.num_row_groups:
+            return file.read(columns=columns, use_threads=False)
+        return file.read_row_groups(groups, columns=columns, use_threads=False)
+    except FileNotFoundError:
         raise
     except Exception as e:
-        raise CorruptSegment(f"corrupt or truncated segment {path}: {e}") from e
+        if not rootfs.is_local(fs) or os.path.exists(path):
+            raise CorruptSegment(f"corrupt or truncated segment {rootfs.url(fs, path)}: {e}") from e
+        raise FileNotFoundError(path) from e
 
 
 class FooterCache:
@@ -127,23 +271,44 @@ class FooterCache:
 
     def __init__(self, fs: fsspec.AbstractFileSystem):
         self.fs = fs
-        self._keys: dict[str, dict[str, str]] = {}
+        self._footers: dict[str, Footer] = {}
+
+    def footers(self, paths: list[str]) -> list[Footer]:
+        """The footers of ``paths``, read in parallel where not cached."""
+        missing = [p for p in paths if p not in self._footers]
+        if missing:
+            workers = 1 if len(missing) < 8 else (8 if rootfs.is_local(self.fs) else 32)
+            if workers == 1:
+                found = [read_footer(self.fs, p) for p in missing]
+            else:
+                with ThreadPoolExecutor(workers) as pool:
+                    found = list(pool.map(lambda p: read_footer(self.fs, p), missing))
+            self._footers.update(zip(missing, found))
+        return [self._footers[p] for p in paths]
 
     def keys(self, paths: list[str]) -> dict[str, str]:
         """Union ``{key: type}`` over ``paths`` (int and float merge to float)."""
-        missing = [p for p in paths if p not in self._keys]
-        if missing:
-            workers = 1 if len(missing) < 8 else (8 if rootfs.is_local(self.fs) else 32)
-            with ThreadPoolExecutor(workers) as pool:
-                for path, keys in zip(missing, pool.map(lambda p: read_keys(self.fs, p), missing)):
-                    self._keys[path] = keys
-        union: dict[str, str] = {}
-        for p in paths:
-            for k, t in self._keys[p].items():
-                union[k] = merge_types(union[k], t) if k in union else t
-        return union
+        return union_keys(f.keys for f in self.footers(paths))
 
     def forget(self, paths: list[str]) -> None:
         """Drop entries for retired segments."""
         for p in paths:
-            self._keys.pop(p, None)
+            self._footers.pop(p, None)
+
+
+def union_keys(key_sets) -> dict[str, str]:
+    """Merge ``{key: type}`` dicts (int and float merge to float, other mixes to str).
+
+    >>> union_keys([{"a": "int"}, {"a": "float", "b": "str"}])
+    {'a': 'float', 'b': 'str'}
+    """
+    union: dict[str, str] = {}
+    for keys in key_sets:
+        for k, t in keys.items():
+            union[k] = merge_types(union[k], t) if k in union else t
+    return union
+
+
+def empty_table() -> pa.Table:
+    """A segment table with no rows."""
+    return SEGMENT_SCHEMA.empty_table()

@@ -12,8 +12,10 @@ from theseus.store import schema
 from theseus.store.compact import compact
 from theseus.store.cursor import Cursor, EmptyResult
 from theseus.store.node import Node, decode_id
-from theseus.store.reader import WRITTEN, fold, latest_value, scan
-from theseus.store.segments import FooterCache, list_segments
+from theseus.store.reader import WRITTEN, latest_value, scan
+from theseus.store.scope import Scope
+from theseus.store.segments import FooterCache, by_run, list_segments
+from theseus.store.view import View, build_view, list_views, read_view
 from theseus.store.writer import Writer
 
 
@@ -32,6 +34,7 @@ class Store:
     def __init__(self, root: str | os.PathLike):
         self.fs, self._root = rootfs.open_root(root)
         self._footers = FooterCache(self.fs)
+        self._views: dict[str, View] = {}  # parsed view footers by path (views are immutable)
 
     @property
     def root(self) -> str:
@@ -63,19 +66,19 @@ class Store:
         return Cursor(self)
 
     def keys(self) -> dict[str, str]:
-        """Every key logged in the root with its read type (reads segment footers only)."""
-        return self._footers.keys(self._segments())
+        """Every key logged in the root with its read type (reads footers only)."""
+        return Scope(self).types()
 
     def record(self, node: Node | str) -> dict[str, Any]:
         """The folded node, reserved fields (``_job``, ``_config``, ``_status``...) included."""
         node_id = node.id if isinstance(node, Node) else node
-        name, nonce, _ = decode_id(node_id)
-        paths = self._segments(name, nonce)
-        rows = fold(scan(self.fs, paths).filter(pl.col("node") == node_id), self._footers.keys(paths)).collect()
+        name, nonce, seq = decode_id(node_id)
+        scope = Scope(self, name, nonce)
+        rows = scope.nodes(scope.types(), parent=True)[0].filter(pl.col("seq") == seq).collect()
         if rows.height == 0:
             raise EmptyResult(f"no records for node {node_id}")
         row = rows.row(0, named=True)
-        return {k: v for k, v in row.items() if v is not None or k in ("parent",)}
+        return {"node": node_id, **{k: v for k, v in row.items() if v is not None or k == "parent"}}
 
     def run_record(self, nonce: str) -> dict[str, Any]:
         """The fold of a whole lineage's reserved fields (job, config, status, error, finished)."""
@@ -104,8 +107,28 @@ class Store:
         return log.group_by("name", "nonce").agg(aggs).sort(WRITTEN).collect()
 
     def compact(self, name: str = "*", nonce: str = "*") -> dict[str, int]:
-        """Merge each run's small segments into one (crash-safe); returns what was merged."""
-        return compact(self, name, nonce)
+        """Merge each run's small segments into one (crash-safe), then refresh the view.
+
+        Returns ``{"name/nonce": segments merged}``. The view (``theseus.store.view``) is
+        rebuilt from the whole log unless the newest one already covers it exactly.
+        """
+        merged = compact(self, name, nonce)
+        view = self._view()
+        runs = by_run(self._segments())
+        if view is None or set(view.runs) != set(runs) or any(
+                set(view.segments[view.runs[run]]) != {p.rsplit("/", 1)[-1] for p in paths} for run, paths in runs.items()):
+            build_view(self)
+        return merged
 
     def _segments(self, name: str = "*", nonce: str = "*") -> list[str]:
         return list_segments(self.fs, self._root, name, nonce)
+
+    def _view(self) -> View | None:
+        """The newest published view, parsed (None when there is none)."""
+        views = list_views(self)
+        if not views:
+            return None
+        path = views[-1]
+        if path not in self._views:
+            self._views = {path: read_view(self, path)}  # older views are retired: forget them
+        return self._views[path]

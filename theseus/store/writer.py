@@ -1,12 +1,18 @@
-"""The writer: buffers records and publishes them as immutable segments."""
+"""The writer: buffers records and publishes them as immutable segments.
+
+``write()`` only validates (once per shape of record: keys and value types) and
+appends ``(node, stamp, shape, values)`` to a list; a flush turns the pending
+records of each run into columns in one vectorized pass (``build_segment``).
+"""
 
 from __future__ import annotations
 
 import secrets
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 
 from theseus.store import fs as rootfs
@@ -19,6 +25,20 @@ if TYPE_CHECKING:
 
 _PYTYPE = {float: "float", int: "int", bool: "bool", str: "str"}
 _ARROW = {"float": pa.float64(), "int": pa.int64(), "bool": pa.bool_(), "str": pa.string()}
+
+
+class Shape(NamedTuple):
+    """The keys of a record and the log type of each value."""
+
+    keys: tuple[str, ...]
+    kinds: tuple[str, ...]
+
+
+_JOB = Shape((schema.JOB, schema.CONFIG, schema.STATUS), ("str", "str", "str"))
+_STATUS = Shape((schema.STATUS,), ("str",))
+_CHECKPOINT = Shape((schema.CHECKPOINT,), ("str",))
+_FINISHED = Shape((schema.FINISHED, schema.STATUS), ("bool", "str"))
+_FAILED = Shape((schema.FINISHED, schema.STATUS, schema.ERROR), ("bool", "str", "str"))
 
 
 class Writer:
@@ -43,11 +63,12 @@ class Writer:
         self.store = store
         self.id = secrets.token_hex(4)
         self.flush_interval = flush_interval
-        self._pending: list[tuple[Node, int, list[tuple[str, str, Any]]]] = []
+        self._pending: list[tuple[Node, int, Shape, tuple]] = []
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._known: dict[str, str] | None = None
-        self._seen: dict[tuple, tuple[str, ...]] = {}  # (keys, python types) already validated -> kinds
+        self._seen: dict[tuple, Shape] = {}  # (keys, python types) already validated -> shape
+        self._shapes: dict[Shape, Shape] = {}  # one object per shape, so records compare by identity
         self._last_stamp = 0
         self._counter = 0
         self._closed = False
@@ -62,45 +83,48 @@ class Writer:
         """Buffer user values (scalars) for ``node``; returns without touching disk."""
         if type(values) is dict and type(node) is Node and not self._closed:
             # a training loop logs the same keys with the same types every step: validate a
-            # (keys, types) signature once, then only zip and append
-            keys, vals = tuple(values), tuple(values.values())
-            kinds = self._seen.get((keys, tuple(map(type, vals))))
-            if kinds is not None and ("int" not in kinds or all(
-                    -(2**63) <= v < 2**63 for v, k in zip(vals, kinds) if k == "int")):
+            # (keys, types) signature once, then only append
+            vals = tuple(values.values())
+            shape = self._seen.get((tuple(values), tuple(map(type, vals))))
+            if shape is not None and ("int" not in shape.kinds or all(
+                    -(2**63) <= v < 2**63 for v, k in zip(vals, shape.kinds) if k == "int")):
+                stamp = time.time_ns()
                 with self._lock:
-                    self._pending.append((node, self._stamp(), list(zip(keys, kinds, vals))))
+                    if stamp <= self._last_stamp:
+                        stamp = self._last_stamp + 1
+                    self._last_stamp = stamp
+                    self._pending.append((node, stamp, shape, vals))
                 return
         items = self._check_user(node, values)
         if items:
-            self._append(node, items)
+            shape = self._shape(tuple(k for k, _, _ in items), tuple(t for _, t, _ in items))
+            self._append(node, shape, tuple(v for _, _, v in items))
             if type(values) is dict and len(items) == len(values):  # nothing dropped (no None values)
                 types = tuple(map(type, values.values()))
                 if all(t in _PYTYPE for t in types):
-                    self._seen[(tuple(values), types)] = tuple(kind for _, kind, _ in items)
+                    self._seen[(tuple(values), types)] = shape
 
     def job(self, node: Node, key: str, config_yaml: str) -> None:
         """Record the job key and its config (YAML text) for ``node``; durable on return."""
-        self._commit(node, [(schema.JOB, "str", str(key)), (schema.CONFIG, "str", str(config_yaml)),
-                            (schema.STATUS, "str", "running")])
+        self._commit(node, _JOB, (str(key), str(config_yaml), "running"))
 
     def status(self, node: Node, status: str) -> None:
         """Buffer a status string (``running``, ``finished``, ``failed``...) for ``node``."""
-        self._append(self._check_node(node), [(schema.STATUS, "str", str(status))])
+        self._append(self._check_node(node), _STATUS, (str(status),))
 
     def checkpoint(self, node: Node, path: str) -> None:
         """Record that ``node`` has a committed checkpoint at root-relative ``path``; durable on return."""
         if not isinstance(path, str) or not path or path.startswith("/") or "://" in path or ".." in path.split("/"):
             raise ValueError(f"checkpoint path must be relative to the root (e.g. 'objects/<id>'), got {path!r}")
-        self._commit(node, [(schema.CHECKPOINT, "str", path)])
+        self._commit(node, _CHECKPOINT, (path,))
 
     def finished(self, node: Node) -> None:
         """Mark the run finished at ``node``; durable on return."""
-        self._commit(node, [(schema.FINISHED, "bool", True), (schema.STATUS, "str", "finished")])
+        self._commit(node, _FINISHED, (True, "finished"))
 
     def failed(self, node: Node, error: str) -> None:
         """Mark the run failed at ``node`` with the error text; durable on return."""
-        self._commit(node, [(schema.FINISHED, "bool", False), (schema.STATUS, "str", "failed"),
-                            (schema.ERROR, "str", str(error))])
+        self._commit(node, _FAILED, (False, "failed", str(error)))
 
     def flush(self) -> None:
         """Publish every pending record; durable when this returns."""
@@ -156,11 +180,11 @@ class Writer:
                 kind = schema.value_type(key, value, f"store.objects(node) = {self.store.objects(node)}")
                 value = schema.to_python(kind, value)
             prior = known.get(key)
-            if prior is None:
-                known[key] = kind
-            elif not schema.compatible(prior, kind):
+            if prior is not None and not schema.compatible(prior, kind):
                 raise ValueError(f"key {key!r} holds {prior} values; got {kind} {value!r}")
             items.append((key, kind, value))
+        for key, kind, _ in items:  # only once the whole record is valid
+            known.setdefault(key, kind)
         return items
 
     def _known_types(self) -> dict[str, str]:
@@ -168,17 +192,21 @@ class Writer:
             self._known = {k: t for k, t in self.store.keys().items() if not k.startswith("_")}
         return self._known
 
+    def _shape(self, keys: tuple[str, ...], kinds: tuple[str, ...]) -> Shape:
+        shape = Shape(keys, kinds)
+        return self._shapes.setdefault(shape, shape)
+
     def _stamp(self) -> int:
         stamp = max(time.time_ns(), self._last_stamp + 1)
         self._last_stamp = stamp
         return stamp
 
-    def _append(self, node: Node, items: list) -> None:
+    def _append(self, node: Node, shape: Shape, values: tuple) -> None:
         with self._lock:
-            self._pending.append((node, self._stamp(), items))
+            self._pending.append((node, self._stamp(), shape, values))
 
-    def _commit(self, node: Node, items: list) -> None:
-        self._append(self._check_node(node), items)
+    def _commit(self, node: Node, shape: Shape, values: tuple) -> None:
+        self._append(self._check_node(node), shape, values)
         self.flush()
 
     def _background(self) -> None:
@@ -198,47 +226,98 @@ class Writer:
             raise RuntimeError(f"background flush failed: {error}") from error
 
     def _publish(self, batch: list) -> None:
-        runs: dict[tuple[str, str], list] = {}
-        for record in batch:
-            runs.setdefault((record[0].name, record[0].nonce), []).append(record)
+        first = batch[0][0]
+        if all(r[0].nonce == first.nonce and r[0].name == first.name for r in batch):
+            runs = {(first.name, first.nonce): batch}
+        else:
+            runs = {}
+            for record in batch:
+                runs.setdefault((record[0].name, record[0].nonce), []).append(record)
         fs, root = self.store.fs, self.store.path()
         for (name, nonce), records in runs.items():
-            columns, keys = self._columns(records)
+            table, keys, index = build_segment(records, self.id)
             self._counter += 1
             path = f"{run_dir(root, name, nonce)}/{segment_name(records[-1][1], self.id, self._counter)}"
-            rootfs.publish(fs, path, encode(columns, keys))
+            rootfs.publish(fs, path, encode(table, keys, index))
 
-    def _columns(self, records: list) -> tuple[dict[str, pa.Array], dict[str, str]]:
-        node_col, seq_col, parent_col, stamp_col = [], [], [], []
-        key_col, kind_col, value_col = [], [], []
-        for node, stamp, items in records:
-            n = len(items)
-            node_col += [node.id] * n
-            seq_col += [node.seq] * n
-            parent_col += [node.parent] * n
-            stamp_col += [stamp] * n
-            keys, kinds, values = zip(*items)
-            key_col += keys
-            kind_col += kinds
-            value_col += values
-        rows = len(key_col)
-        kinds = set(kind_col)
-        columns = {
-            "node": pa.array(node_col, pa.string()),
-            "seq": pa.array(seq_col, pa.int64()),
-            "parent": pa.array(parent_col, pa.string()),
-            "stamp": pa.array(stamp_col, pa.int64()),
-            "writer": pa.array([self.id] * rows, pa.string()),
-            "key": pa.array(key_col, pa.string()),
-        }
+
+def build_segment(records: list, writer: str) -> tuple[pa.Table, dict[str, str], dict]:
+    """Columns, ``{key: type}`` and block index of one run's records ``(node, stamp, shape, values)``.
+
+    Rows are key-major (each key's rows contiguous, ordered by seq then write
+    order), so a reader slices a key without grouping. Node ids, parents, keys
+    and the writer id are dictionary arrays over the distinct values.
+
+    >>> n = Node("doc", "949e88", 0)
+    >>> s = Shape(("a", "b"), ("float", "int"))
+    >>> table, keys, index = build_segment([(n, 7, s, (1.5, 2)), (n.next(), 8, s, (2.5, 3))], "w1")
+    >>> table["float"].to_pylist(), table["int"].to_pylist(), keys
+    ([1.5, 2.5, None, None], [None, None, 2, 3], {'a': 'float', 'b': 'int'})
+    >>> index["blocks"]["b"]
+    [2, 4, 0, 1, 2, ['int']]
+    """
+    n = len(records)
+    nodes = [r[0] for r in records]
+    ids = pa.array([x.id for x in nodes], pa.string())
+    parent_list = [x.parent for x in nodes]
+    has_parent = np.fromiter((p is not None for p in parent_list), bool, n)
+    parents = pa.array([p or "" for p in parent_list], pa.string())
+    seqs = np.fromiter((x.seq for x in nodes), np.int64, n)
+    stamps = np.fromiter((r[1] for r in records), np.int64, n)
+
+    first = records[0][2]
+    if all(r[2] is first for r in records):
+        groups = [(first, np.arange(n), records)]
+    else:
+        by_shape: dict[Shape, list[int]] = {}
+        for i, r in enumerate(records):
+            by_shape.setdefault(r[2], []).append(i)
+        groups = [(shape, np.array(ix), [records[i] for i in ix]) for shape, ix in by_shape.items()]
+    chunks: dict[str, list[tuple[np.ndarray, str, pa.Array]]] = {}
+    for shape, where, rows in groups:
+        for key, kind, column in zip(shape.keys, shape.kinds, zip(*[r[3] for r in rows])):
+            chunks.setdefault(key, []).append((where, kind, pa.array(column, _ARROW[kind])))
+
+    rows_of, columns = [], {t: [] for t in _ARROW}
+    keys: dict[str, str] = {}
+    blocks = {}
+    start = 0
+    for key, parts in chunks.items():
+        where = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts])
+        seq = seqs[where]
+        order = None
+        if len(parts) > 1 or (len(seq) > 1 and not (seq[1:] >= seq[:-1]).all()):
+            order = np.lexsort((where, seq))  # by seq, then write order (= stamp order)
+            where, seq = where[order], seq[order]
+        used = sorted({p[1] for p in parts}, key=schema.TYPES.index)
         for kind, arrow_type in _ARROW.items():
-            if kind not in kinds:
-                columns[kind] = pa.nulls(rows, arrow_type)
-            elif len(kinds) == 1:
-                columns[kind] = pa.array(value_col, arrow_type)
-            else:
-                columns[kind] = pa.array([v if k == kind else None for k, v in zip(kind_col, value_col)], arrow_type)
-        keys: dict[str, str] = {}
-        for key, kind in set(zip(key_col, kind_col)):
+            if kind not in used:
+                columns[kind].append(pa.nulls(len(where), arrow_type))
+                continue
+            values = [p[2] if p[1] == kind else pa.nulls(len(p[0]), arrow_type) for p in parts]
+            values = values[0] if len(values) == 1 else pa.concat_arrays(values)
+            columns[kind].append(values if order is None else values.take(order))
+        for kind in used:
             keys[key] = schema.merge_types(keys[key], kind) if key in keys else kind
-        return columns, keys
+        stop = start + len(where)
+        distinct = int(np.count_nonzero(seq[1:] != seq[:-1])) + 1
+        blocks[key] = [start, stop, int(seq[0]), int(seq[-1]), distinct, used]
+        rows_of.append(where)
+        start = stop
+
+    rows = np.concatenate(rows_of) if len(rows_of) > 1 else rows_of[0]
+    index = pa.array(rows.astype(np.int32))
+    key_codes = np.repeat(np.arange(len(blocks), dtype=np.int32), [b[1] - b[0] for b in blocks.values()])
+    table = pa.Table.from_arrays(
+        [
+            pa.DictionaryArray.from_arrays(index, ids),
+            pa.array(seqs[rows]),
+            pa.DictionaryArray.from_arrays(pa.array(rows.astype(np.int32), mask=~has_parent[rows]), parents),
+            pa.array(stamps[rows]),
+            pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(rows), np.int32)), pa.array([writer])),
+            pa.DictionaryArray.from_arrays(pa.array(key_codes), pa.array(list(blocks))),
+            *[pa.chunked_array(columns[t], _ARROW[t]) for t in _ARROW],
+        ],
+        names=list(schema.SEGMENT_SCHEMA.names),
+    )
+    return table, keys, {"stamps": [int(stamps.min()), int(stamps.max())], "blocks": blocks}

@@ -1,0 +1,182 @@
+"""The folded view written by compaction: same answers as the log, newer segments on top, rebuildable."""
+
+import os
+
+import polars as pl
+import pytest
+
+from theseus.store import CorruptSegment, Node, Store
+from theseus.store.view import list_views
+
+
+def write_steps(store, node, steps, loss0=10.0, **extra):
+    with store.writer() as w:
+        for i in range(steps):
+            w.write(node, {"loss": loss0 - i, "tokens": 100 * (node.seq + 1), **extra})
+            node = node.next()
+    return node
+
+
+def answers(store, nonce):
+    c = store.find().nonce(nonce)
+    return (
+        c.select(keys=["loss", "tokens"]),
+        c.all(),
+        c.where("tokens", ">=", 300).sort("loss", ascending=False).limit(2).select(keys=["loss"]),
+        store.find().sort("loss").limit(3).select(keys=["loss", "tokens"]),
+        store.find().latest().all(),
+        store.find().nonce(nonce).frame().collect().to_dicts(),
+    )
+
+
+def test_view_answers_equal_the_log(root):
+    store = Store(root)
+    a, b = Node.start("proj.view.a"), Node.start("proj.view.b")
+    end = write_steps(store, a, 4)
+    write_steps(store, end, 3, loss0=5.0)
+    write_steps(store, b, 5, loss0=7.5)
+    with store.writer() as w:
+        w.job(a, "gpt/train/pretrain", "x: 1\n")
+        w.finished(end)
+    before = answers(store, a.nonce)
+    done = {n.nonce for n in store.find().finished().all()}
+    merged = store.compact()
+    assert merged == {f"{a.name}/{a.nonce}": 4}  # b has one segment: only the view covers it
+    assert len(list_views(store)) == 1
+    fresh = Store(root)
+    assert answers(fresh, a.nonce) == before
+    assert {n.nonce for n in fresh.find().finished().all()} == done == {a.nonce}
+    assert {n.nonce for n in fresh.find().job("gpt/train/pretrain").all()} == {a.nonce}
+    assert fresh.record(a)["_job"] == "gpt/train/pretrain"
+
+
+def test_newer_segments_fold_on_top_of_the_view(tmp_path):
+    store = Store(tmp_path)
+    a = Node.start("proj.view.top")
+    end = write_steps(store, a, 3)
+    store.compact()
+    with store.writer() as w:
+        w.write(a, {"loss": 99.0, "note": "late"})  # overrides seq 0 of the view
+        w.write(end, {"loss": 0.5})  # a new node
+    rows = Store(tmp_path).find().nonce(a.nonce).select(keys=["loss", "tokens", "note"])
+    assert rows == [
+        {"loss": 99.0, "tokens": 100, "note": "late"},
+        {"loss": 9.0, "tokens": 200, "note": None},
+        {"loss": 8.0, "tokens": 300, "note": None},
+        {"loss": 0.5, "tokens": None, "note": None},
+    ]
+    assert Store(tmp_path).find().sort("loss").first() == end
+
+
+def test_an_older_record_published_after_the_view_does_not_win(tmp_path):
+    """A writer that buffered an old record and flushes after compaction loses to the newer value."""
+    store = Store(tmp_path)
+    a = Node.start("proj.view.late")
+    slow = store.writer(flush_interval=3600)
+    slow.write(a, {"loss": 1.0})  # stamped now, published later
+    with store.writer() as w:
+        w.write(a, {"loss": 2.0})
+    store.compact()
+    slow.close()
+    assert len(store._segments()) == 2
+    assert Store(tmp_path).find().nonce(a.nonce).select(keys=["loss"]) == [{"loss": 2.0}]
+
+
+def test_views_are_rebuildable_and_retired(tmp_path):
+    store = Store(tmp_path)
+    a = Node.start("proj.view.rebuild")
+    end = write_steps(store, a, 3)
+    store.compact()
+    (first,) = list_views(store)
+    write_steps(store, end, 2, loss0=1.0)
+    store.compact()
+    (second,) = list_views(store)  # the first one is retired once the second is published
+    assert second > first and not os.path.exists(first)
+    expected = answers(store, a.nonce)
+    os.remove(second)  # a view is derived: without it every answer comes from the log
+    assert answers(Store(tmp_path), a.nonce) == expected
+    store.compact()  # nothing to merge, but the missing view is rebuilt
+    assert len(list_views(store)) == 1 and answers(Store(tmp_path), a.nonce) == expected
+
+
+def test_log_stays_self_describing_with_a_view(tmp_path):
+    store = Store(tmp_path)
+    write_steps(store, Node.start("proj.view.raw"), 3)
+    store.compact()
+    frame = pl.scan_parquet(f"{tmp_path}/log/**/*.parquet", hive_partitioning=True).collect()
+    assert sorted(frame.filter(pl.col("key") == "loss")["float"].to_list()) == [8.0, 9.0, 10.0]
+
+
+def test_a_key_typed_differently_across_runs(tmp_path):
+    """The view stores the widest type; a scope of the narrow run reads exact values from the log."""
+    store = Store(tmp_path)
+    a, b = Node.start("proj.view.ints"), Node.start("proj.view.floats")
+    big = 2**62 + 1  # not exact as a float
+    with store.writer() as w:
+        w.write(a, {"x": big})
+    with store.writer() as w:
+        w.write(b, {"x": 0.5})
+    store.compact()
+    fresh = Store(tmp_path)
+    assert fresh.find().nonce(a.nonce).select(keys=["x"]) == [{"x": big}]
+    assert sorted(r["x"] for r in fresh.find().select(keys=["x"])) == [0.5, float(big)]
+
+
+def test_corrupt_view_is_named(tmp_path):
+    store = Store(tmp_path)
+    a = Node.start("proj.view.bad")
+    write_steps(store, a, 2)
+    store.compact()
+    (view,) = list_views(store)
+    data = open(view, "rb").read()
+    open(view, "wb").write(data[: len(data) // 2])
+    with pytest.raises(CorruptSegment, match=os.path.basename(view) + r".*theseus compact"):
+        Store(tmp_path).find().nonce(a.nonce).all()
+
+
+def test_a_segment_without_block_index_is_read_and_compacted(tmp_path):
+    """Segments written by hand (or an older theseus) carry only the keys footer: still read."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from theseus.store.schema import KEYS_METADATA, SEGMENT_SCHEMA
+    from theseus.store.segments import run_dir
+
+    store = Store(tmp_path)
+    a = Node.start("proj.view.legacy")
+    b = a.next()
+    rows = {"node": [b.id, a.id, a.id, b.id], "seq": [1, 0, 0, 1], "parent": [a.id, None, None, a.id],
+            "stamp": [5, 3, 4, 6], "writer": ["w1"] * 4, "key": ["x", "x", "x", "s"],
+            "float": [2.0, 1.0, 1.5, None], "int": [None] * 4, "bool": [None] * 4, "str": [None, None, None, "hi"]}
+    table = pa.table(rows, schema=SEGMENT_SCHEMA).replace_schema_metadata(
+        {KEYS_METADATA: json.dumps({"x": "float", "s": "str"}).encode()})
+    os.makedirs(run_dir(str(tmp_path), a.name, a.nonce))
+    pq.write_table(table, f"{run_dir(str(tmp_path), a.name, a.nonce)}/s-0000000000000000006-w1-000001.parquet")
+    write_steps(store, b.next(), 1, loss0=3.0)
+    expected = [{"x": 1.5, "s": None}, {"x": 2.0, "s": "hi"}]
+    assert store.find().nonce(a.nonce).select(keys=["x", "s"]) == expected
+    assert store.find().nonce(a.nonce).all()[1] == b
+    store.compact()
+    assert Store(tmp_path).find().nonce(a.nonce).select(keys=["x", "s"]) == expected
+
+
+def test_a_big_segment_reads_only_the_asked_keys(tmp_path):
+    """Segments of 4,096 rows or more hold a row group per key; reading two keys reads their rows only."""
+    import pyarrow.parquet as pq
+
+    store = Store(tmp_path)
+    a = Node.start("proj.view.big")
+    with store.writer() as w:
+        node = a
+        for i in range(700):
+            w.write(node, {f"k{j}": float(i * 10 + j) for j in range(8)})
+            if i % 100 == 0:
+                w.status(node, f"step {i}")
+            node = node.next()
+    (segment,) = store._segments()
+    assert pq.read_metadata(segment).num_row_groups == 9
+    rows = Store(tmp_path).find().nonce(a.nonce).select(keys=["k3", "k7"])
+    assert rows == [{"k3": i * 10 + 3.0, "k7": i * 10 + 7.0} for i in range(700)]
+    assert Store(tmp_path).record(a.next())["k1"] == 11.0

@@ -1,0 +1,159 @@
+"""A scope: the runs one query reads, listed once, folded into one row per node.
+
+Each run of the scope is read from one of two places:
+
+- the newest view (``theseus.store.view``), when the run's segments are exactly
+  those the view folded, or when every other segment is newer than all of them
+  (its records then win over the view's, so they are folded on top);
+- the log itself (``theseus.store.fold``) for every other run: runs the view
+  does not cover, runs compacted since, and runs whose key types the view had to
+  widen (so a view never changes an answer).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import polars as pl
+
+from theseus.store.fold import DTYPES, WRITTEN, fold_run, with_identity
+from theseus.store.segments import by_run, union_keys
+from theseus.store.view import View, scan_view, stored_columns, view_columns
+
+if TYPE_CHECKING:
+    from theseus.store.store import Store
+
+
+class Scope:
+    """The segments of the runs matching a name and nonce glob, and the newest view.
+
+    >>> import tempfile
+    >>> from theseus.store import Store, Node
+    >>> store = Store(tempfile.mkdtemp())
+    >>> n = Node.start("doc")
+    >>> with store.writer() as w:
+    ...     w.write(n, {"loss": 1.5})
+    >>> scope = Scope(store, nonce=n.nonce)
+    >>> scope.types()
+    {'loss': 'float'}
+    >>> scope.nodes({"loss": "float"})[0].collect().rows()
+    [('general.default.doc', '...', 0, 1.5)]
+    """
+
+    def __init__(self, store: Store, name: str = "*", nonce: str = "*"):
+        self.store = store
+        self.runs = by_run(store._segments(name, nonce)) if "\x00" not in name + nonce else {}
+        self.view: View | None = store._view() if self.runs else None
+        self.in_view: dict[tuple[str, str], int] = {}  # run -> view run number
+        self.newer: dict[tuple[str, str], list[str]] = {}  # view run -> its segments newer than the view
+        view = self.view
+        for run, paths in self.runs.items():
+            number = view.runs.get(run) if view is not None else None
+            if number is None:
+                continue
+            names = {p.rsplit("/", 1)[-1] for p in paths}
+            covered = set(view.segments[number])
+            if names == covered:
+                self.in_view[run] = number
+            elif covered < names:
+                newer = [p for p in paths if p.rsplit("/", 1)[-1] not in covered]
+                if all(f.stamps and f.stamps[0] > view.stamps[number] for f in store._footers.footers(newer)):
+                    self.in_view[run] = number
+                    self.newer[run] = newer
+
+    def types(self) -> dict[str, str]:
+        """Every key logged in the scope with its read type."""
+        sets = [self.view.keys(i) for i in self.in_view.values()]
+        for run, paths in self.runs.items():
+            if run not in self.in_view or run in self.newer:
+                sets += [f.keys for f in self.store._footers.footers(self.newer.get(run, paths))]
+        return union_keys(sets)
+
+    def nodes(
+        self,
+        keys: dict[str, str],
+        rows: list[str] | None = None,
+        parent: bool = False,
+        written: bool = False,
+        run_filter: Callable[[dict], bool] | None = None,
+        run_keys: tuple[str, ...] = (),
+    ) -> tuple[pl.LazyFrame, bool]:
+        """One row per node: name, nonce, seq, [parent], [_written], then ``keys``.
+
+        ``rows`` limits the nodes to those holding one of these keys; ``run_filter``
+        keeps the runs for which it returns True, given ``{key: (value, stamp, writer)}``
+        of the run's latest record of each of ``run_keys``. Returns the frame and whether
+        its rows are in the default (name, nonce, seq) order (they are unless both the
+        view and the log contribute).
+        """
+        view = self.view
+        exact = {run: i for run, i in self.in_view.items() if not self._widened(i, keys)}
+        parts, plain, overlay = [], [], []
+        for run in self.runs:
+            if run not in exact:
+                frame, latest = self._fold(run, self.runs[run], keys, rows, parent, written, run_keys)
+            elif run in self.newer:
+                frame, latest = self._overlay(run, exact[run], keys, rows, parent, written, run_keys)
+            else:
+                plain.append(exact[run])
+                continue
+            if run_filter is None or run_filter(latest):
+                overlay.append(frame)
+        if run_filter is not None:
+            plain = [i for i in plain if run_filter(view.latest(i))]
+        if plain:
+            frame = scan_view(self.store, view, plain, stored_columns(view, keys, parent, written))
+            frame = frame.select(view_columns(view, keys, parent, written))
+            if rows:
+                frame = frame.filter(pl.any_horizontal(pl.col(k).is_not_null() for k in rows))
+            parts.append(frame)
+        if overlay:
+            parts.append(pl.concat(overlay).lazy())
+        if not parts:
+            return empty_nodes(keys, parent, written).lazy(), True
+        return (parts[0], True) if len(parts) == 1 else (pl.concat(parts), False)
+
+    def _widened(self, number: int, keys: dict[str, str]) -> bool:
+        """True when the view stores one of ``keys`` of this run as another type than asked."""
+        own = self.view.keys(number)
+        return any(k in own and self.view.types.get(k) != t for k, t in keys.items())
+
+    def _fold(self, run, paths, keys, rows, parent, written, run_keys) -> tuple[pl.DataFrame, dict]:
+        footers = self.store._footers.footers(paths)
+        folded = fold_run(self.store.fs, list(zip(paths, footers)), keys, rows, parent=parent, written=written, latest=run_keys)
+        return with_identity(folded.frame, *run), folded.latest
+
+    def _overlay(self, run, number, keys, rows, parent, written, run_keys) -> tuple[pl.DataFrame, dict]:
+        """The view's rows of a run with the fold of its newer segments on top (newer values win)."""
+        base = scan_view(self.store, self.view, [number], stored_columns(self.view, keys, parent, written))
+        base = base.select(view_columns(self.view, keys, parent, written)).collect()
+        new, latest = self._fold(run, self.newer[run], keys, None, parent, written, run_keys)
+        merged = base.join(new, on=["name", "nonce", "seq"], how="full", coalesce=True, suffix=":new")
+        columns = [pl.col("name"), pl.col("nonce"), pl.col("seq")]
+        if parent:
+            columns.append(pl.coalesce("parent", "parent:new").alias("parent"))
+        if written:
+            columns.append(pl.max_horizontal(WRITTEN, f"{WRITTEN}:new").alias(WRITTEN))
+        columns += [pl.coalesce(f"{k}:new", k).alias(k) for k in keys]
+        merged = merged.select(columns).sort("seq")
+        if rows:
+            merged = merged.filter(pl.any_horizontal(pl.col(k).is_not_null() for k in rows))
+        for key, record in self.view.latest(number).items():
+            if key not in latest or record[1:] > latest[key][1:]:
+                latest[key] = record
+        return merged, latest
+
+
+def empty_nodes(keys: dict[str, str], parent: bool = False, written: bool = False) -> pl.DataFrame:
+    """A node frame with no rows.
+
+    >>> empty_nodes({"loss": "float"}).schema
+    Schema([('name', String), ('nonce', String), ('seq', Int64), ('loss', Float64)])
+    """
+    schema = {"name": pl.String, "nonce": pl.String, "seq": pl.Int64}
+    if parent:
+        schema["parent"] = pl.String
+    if written:
+        schema[WRITTEN] = pl.Int64
+    schema.update({k: DTYPES[t] for k, t in keys.items()})
+    return pl.DataFrame(schema=schema)

@@ -1,0 +1,260 @@
+"""The view: a derived, rebuildable, folded copy of the log, one row per node.
+
+``<root>/view/v-<stamp>-<writer>.parquet`` holds every node of the runs it covers
+(name, nonce, seq, parent, ``_written``, ``_run`` and one column per key, user and
+reserved), sorted by name, nonce and seq, so that a query over many runs reads
+one file with predicate and projection pushdown instead of a file per run, and
+a query of one run reads the row group of its ``_run`` number.
+
+Its footer (``theseus.view``) records exactly what it folded: per run the names
+of the log segments it covers, their highest write stamp, the run's key types
+and its latest ``_job`` and ``_finished`` records. Readers use the newest view for
+the runs whose segments are exactly the covered ones; a run with newer segments
+as well folds those on top (``Scope``), and any other run folds from the log.
+
+The log stays the only source of truth: a view is written by ``compact()`` from
+the log alone, published atomically under a unique name (never rewritten), and
+older views are deleted only after a newer one is published (readers that lose
+the race re-list and retry). Deleting every view loses nothing; ``theseus audit``
+may ignore the folder.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from theseus.store import fs as rootfs
+from theseus.store import schema
+from theseus.store.fold import DTYPES, WRITTEN, fold_run, node_ids, with_identity
+from theseus.store.segments import CorruptSegment, by_run, union_keys
+
+if TYPE_CHECKING:
+    from theseus.store.store import Store
+
+VIEW = "view"
+VIEW_METADATA = b"theseus.view"
+RUN = "_run"
+ROW_GROUP = 16384
+FEW_RUNS = 8  # up to this many runs are read by row group with the cached footer
+RUN_KEYS = (schema.JOB, schema.FINISHED)
+
+
+@dataclass(frozen=True)
+class View:
+    """A parsed view footer: where each covered run is and what it was folded from."""
+
+    path: str
+    types: dict[str, str]
+    runs: dict[tuple[str, str], int]  # (name, nonce) -> run number (the _run column)
+    names: list[tuple[str, str]]  # run number -> (name, nonce)
+    starts: list[int]  # run i is rows starts[i]:starts[i + 1]
+    segments: list[list[str]]  # per run: the covered segment file names
+    stamps: list[int]  # per run: the highest write stamp folded
+    signatures: list[dict[str, str]]  # distinct {key: type} of runs
+    run_keys: list[int]  # per run: its signature
+    latest_records: dict[str, list]  # per run key (_job, _finished): per run [value, stamp, writer] or None
+    meta: pq.FileMetaData | None = field(default=None, compare=False, repr=False)
+
+    def keys(self, number: int) -> dict[str, str]:
+        """The keys and types run ``number`` logged."""
+        return self.signatures[self.run_keys[number]]
+
+    def latest(self, number: int) -> dict[str, tuple]:
+        """``{"_job"/"_finished": (value, stamp, writer)}`` of run ``number``'s latest such records."""
+        return {k: tuple(v[number]) for k, v in self.latest_records.items() if v[number] is not None}
+
+
+def view_name(stamp: int, writer: str) -> str:
+    """A unique view file name that sorts by creation time.
+
+    >>> view_name(5, "ab12cd34")
+    'v-0000000000000000005-ab12cd34.parquet'
+    """
+    return f"v-{stamp:019d}-{writer}.parquet"
+
+
+def list_views(store: Store) -> list[str]:
+    """Published view paths, oldest first (temporaries never match).
+
+    >>> import tempfile
+    >>> from theseus.store import Store
+    >>> list_views(Store(tempfile.mkdtemp()))
+    []
+    """
+    folder = store.path(VIEW)
+    try:
+        if rootfs.is_local(store.fs):
+            names = os.listdir(folder)
+        else:
+            names = [p.rsplit("/", 1)[-1] for p in store.fs.ls(folder, detail=False, refresh=True)]
+    except FileNotFoundError:
+        return []
+    return [f"{folder}/{n}" for n in sorted(names) if n.startswith("v-") and n.endswith(".parquet")]
+
+
+def read_view(store: Store, path: str) -> View:
+    """Parse a view's footer; a broken view is an error naming it (it can be deleted and rebuilt)."""
+    try:
+        if rootfs.is_local(store.fs):
+            meta = pq.read_metadata(path)
+        else:
+            with store.fs.open(path, "rb") as f:
+                meta = pq.read_metadata(f)
+        raw = json.loads(meta.metadata[VIEW_METADATA])
+        runs = raw["runs"]
+        names = list(zip(runs["name"], runs["nonce"]))
+        return View(
+            path=path,
+            types=raw["types"],
+            runs={run: i for i, run in enumerate(names)},
+            names=names,
+            starts=runs["start"],
+            segments=runs["segments"],
+            stamps=runs["stamp"],
+            signatures=raw["signatures"],
+            run_keys=runs["keys"],
+            latest_records={k: runs[k] for k in RUN_KEYS},
+            meta=meta,
+        )
+    except FileNotFoundError:
+        raise
+    except Exception as e:
+        raise CorruptSegment(
+            f"corrupt view {rootfs.url(store.fs, path)} ({e}); views are derived from the log: "
+            "delete it and run `theseus compact` to rebuild one"
+        ) from e
+
+
+def scan_view(store: Store, view: View, numbers: list[int] | None = None, columns: list[str] | None = None) -> pl.LazyFrame:
+    """A lazy frame over the view's rows of runs ``numbers`` (None: all).
+
+    A few runs are read by row group straight from the file with the cached footer
+    (only ``columns``, when given); more go through a Polars scan (predicate and
+    projection pushdown).
+    """
+    if numbers is not None and len(numbers) <= FEW_RUNS:
+        starts = np.cumsum([0] + [view.meta.row_group(g).num_rows for g in range(view.meta.num_row_groups)])
+        numbers = sorted(numbers)
+        spans = [(view.starts[i], view.starts[i + 1]) for i in numbers]
+        if columns is not None:  # name and nonce are the same on every row of a run: not read
+            columns = [c for c in columns if c not in ("name", "nonce")]
+        groups = sorted({g for lo, hi in spans for g in range(np.searchsorted(starts, lo, "right") - 1,
+                                                              np.searchsorted(starts, hi - 1, "right"))})
+        if rootfs.is_local(store.fs):
+            table = pq.ParquetFile(view.path, metadata=view.meta).read_row_groups(groups, columns, use_threads=False)
+        else:
+            with store.fs.open(view.path, "rb") as f:
+                table = pq.ParquetFile(f, metadata=view.meta).read_row_groups(groups, columns, use_threads=False)
+        base = dict(zip(groups, np.cumsum([0] + [starts[g + 1] - starts[g] for g in groups]).tolist()))
+        parts = []
+        for number, (lo, hi) in zip(numbers, spans):
+            group = int(np.searchsorted(starts, lo, "right")) - 1
+            rows = pl.from_arrow(table.slice(base[group] + lo - starts[group], hi - lo))
+            name, nonce = view.names[number]
+            parts.append(rows.with_columns(pl.lit(name).alias("name"), pl.lit(nonce).alias("nonce")))
+        return pl.concat(parts).lazy()
+    if rootfs.is_local(store.fs):
+        frame = pl.scan_parquet(view.path)
+    else:
+        frame = pl.scan_pyarrow_dataset(ds.dataset(view.path, filesystem=store.fs, format="parquet"))
+    if numbers is not None and len(numbers) < len(view.runs):
+        frame = frame.filter(pl.col(RUN).is_in(numbers))
+    return frame
+
+
+def build_view(store: Store) -> str | None:
+    """Fold every run of the log into a new view, publish it, then retire older views.
+
+    Returns the new view's path (None for an empty log).
+
+    >>> import tempfile
+    >>> from theseus.store import Store, Node
+    >>> store = Store(tempfile.mkdtemp())
+    >>> n = Node.start("doc")
+    >>> with store.writer() as w:
+    ...     w.write(n, {"loss": 1.5})
+    >>> path = build_view(store)
+    >>> view = read_view(store, path)
+    >>> view.types, list(view.runs), view.starts
+    ({'loss': 'float'}, [('general.default.doc', '...')], [0, 1])
+    """
+    stamp = time.time_ns()
+    runs = by_run(store._segments())
+    if not runs:
+        return None
+    footers = {run: store._footers.footers(paths) for run, paths in runs.items()}
+    types = union_keys(f.keys for fs in footers.values() for f in fs)
+    signatures: dict[str, int] = {}
+    index = {"name": [], "nonce": [], "start": [0], "segments": [], "stamp": [], "keys": [], **{k: [] for k in RUN_KEYS}}
+    frames = []
+    for number, ((name, nonce), paths) in enumerate(runs.items()):
+        folded = fold_run(store.fs, list(zip(paths, footers[(name, nonce)])), types, parent=True, written=True, latest=RUN_KEYS)
+        n = folded.frame.height
+        frames.append(with_identity(folded.frame, name, nonce).with_columns(pl.lit(number, pl.Int32).alias(RUN)))
+        signature = json.dumps(union_keys(f.keys for f in footers[(name, nonce)]), sort_keys=True)
+        index["name"].append(name)
+        index["nonce"].append(nonce)
+        index["start"].append(index["start"][-1] + n)
+        index["segments"].append([p.rsplit("/", 1)[-1] for p in paths])
+        index["stamp"].append(max(f.stamps[1] if f.stamps else 0 for f in footers[(name, nonce)]))
+        index["keys"].append(signatures.setdefault(signature, len(signatures)))
+        for key in RUN_KEYS:
+            index[key].append(list(folded.latest[key]) if key in folded.latest else None)
+    frame = pl.concat(frames)
+    # a parent is stored only where it is not the previous seq's node ("" for none at all)
+    usual = pl.when(pl.col("seq") > 0).then(node_ids(pl.col("name"), pl.col("nonce"), pl.col("seq") - 1))
+    frame = frame.with_columns(
+        pl.when(pl.col("parent").eq_missing(usual)).then(None).otherwise(pl.col("parent").fill_null("")).alias("parent"))
+    meta = {"version": 1, "types": types, "runs": index, "signatures": [json.loads(s) for s in signatures]}
+    table = frame.to_arrow()
+    sink = io.BytesIO()
+    # no Arrow schema in the footer (it would repeat the metadata), statistics where they prune
+    with pq.ParquetWriter(sink, table.schema, compression="zstd", store_schema=False,
+                          write_statistics=["name", "nonce", "seq", RUN, *[k for k, t in types.items() if t != "str"]]) as w:
+        w.write_table(table, row_group_size=ROW_GROUP)
+        w.add_key_value_metadata({VIEW_METADATA.decode(): json.dumps(meta, separators=(",", ":"))})
+    path = store.path(VIEW, view_name(stamp, secrets.token_hex(4)))
+    rootfs.publish(store.fs, path, sink.getvalue())
+    for old in list_views(store):
+        if old < path:
+            try:
+                store.fs.rm_file(old)
+            except FileNotFoundError:
+                pass
+    return path
+
+
+def stored_columns(view: View, keys: dict[str, str], parent: bool, written: bool) -> list[str]:
+    """The view columns that :func:`view_columns` reads."""
+    extra = ["parent"] * parent + [WRITTEN] * written
+    return ["name", "nonce", "seq", *extra, *[k for k in keys if k in view.types]]
+
+
+def view_columns(view: View, keys: dict[str, str], parent: bool, written: bool) -> list[pl.Expr]:
+    """Expressions selecting the node frame's columns from a view (absent keys are nulls)."""
+    exprs = [pl.col("name"), pl.col("nonce"), pl.col("seq")]
+    if parent:
+        usual = pl.when(pl.col("seq") > 0).then(node_ids(pl.col("name"), pl.col("nonce"), pl.col("seq") - 1))
+        stored = pl.col("parent")
+        exprs.append(pl.when(stored.is_null()).then(usual).when(stored != "").then(stored).alias("parent"))
+    if written:
+        exprs.append(pl.col(WRITTEN))
+    for key, kind in keys.items():
+        if key not in view.types:
+            exprs.append(pl.lit(None, DTYPES[kind]).alias(key))
+        elif view.types[key] != kind:
+            exprs.append(pl.col(key).cast(DTYPES[kind]).alias(key))
+        else:
+            exprs.append(pl.col(key))
+    return exprs
