@@ -45,10 +45,10 @@ def make_root(path: Path) -> str:
     return root
 
 
-def theseus(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
+def theseus(*args: str, timeout: float = 400, env: dict | None = None) -> subprocess.CompletedProcess:
     """The real command line, in a child process."""
     return subprocess.run([sys.executable, "-m", "theseus.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "THESEUS_LOG_LEVEL": "DEBUG"})
+                          timeout=timeout, env={**os.environ, "THESEUS_LOG_LEVEL": "DEBUG", **(env or {})})
 
 
 def records(root: str) -> pl.DataFrame:
@@ -118,11 +118,16 @@ def test_checkpoint_of_two_processes_resumes_on_one_process_with_four_devices(tw
     store = Store(root)
     original = store.runs()["nonce"][0]
     base = next(n for n in store.find().nonce(original).checkpoint().all() if n.seq == 2)
-    done = theseus("launch", "gpt/train/pretrain", "multi", root, "--resume", base.id, "--processes", "1",
-                   "--devices-per-process", "4", "--timeout", "360")
+    # one process may autobatch: the bootstrap's job resolves -1 (only 2 of the candidates 4, 2 splits 8 rows
+    # over 4 devices) before the run starts, and records the resolved size in the run's config
+    done = theseus("launch", "gpt/train/pretrain", "multi", root, "training.per_device_batch_size=-1", "--resume",
+                   base.id, "--processes", "1", "--devices-per-process", "4", "--timeout", "360",
+                   env={"THESEUS_AUTOBATCH_SIZE_CANDIDATES": "4 2"})
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert "AUTOBATCH | per_device_batch_size=2" in done.stdout
     branch = next(n for n in store.runs()["nonce"] if n != original)  # seq 2 is not the tip: a branch
     assert store.find().nonce(branch).first().parent == base.id
+    assert "per_device_batch_size: 2" in store.run_record(branch)["_config"]
     before, after = losses(store, original), losses(store, branch)
     # the branch's seq j holds step 2 + j
     resumed = {2 + seq: loss for seq, loss in after.items()}
