@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -337,3 +338,26 @@ def synthetic_root(folder: Path) -> str:
     write_dataset(root, tokens=12_000)
     seed_peak_cache(root)
     return root
+
+
+class InterruptOn:
+    """A text stream that keeps what it is given and interrupts the main thread (as Ctrl-C does)
+    the first time a line contains ``needle``."""
+
+    def __init__(self, needle: str):
+        self.needle, self.text, self.fired = needle, "", False
+        self.lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        import _thread
+
+        with self.lock:
+            self.text += text
+            fire = not self.fired and self.needle in text
+            self.fired = self.fired or fire
+        if fire:
+            _thread.interrupt_main()
+        return len(text)
+
+    def flush(self) -> None:
+        pass

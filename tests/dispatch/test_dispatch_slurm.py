@@ -8,18 +8,21 @@ losses after it.
 
 from __future__ import annotations
 
+import glob
 import io
 import os
 import pathlib
+import re
+import subprocess
 
 import numpy as np
 import pytest
 
 from tests.conftest import free_port
-from tests.dispatch.conftest import leftover_processes, make_spec, synthetic_root
+from tests.dispatch.conftest import InterruptOn, leftover_processes, make_spec, synthetic_root
 from tests.train._subproc import run_python
 from theseus.dispatch.inventory import Cluster, SlurmHost, SshHost
-from theseus.dispatch.slurm import launch_slurm, sbatch_script
+from theseus.dispatch.slurm import job_state, launch_slurm, sbatch_script
 from theseus.dispatch.solver import Placement
 from theseus.dispatch.spec import LaunchSpec
 from theseus.dispatch.ssh import HostUnreachable, LaunchFailed
@@ -123,6 +126,46 @@ def test_failed_job_reports_state_exit_code_and_output(slurm_cluster, code_tarba
                      timeout=300, poll=0.2, stream=None)
     assert failed.value.returncodes == (2,)
     assert not os.path.exists(root)  # refused before anything was written
+
+
+def endless(config) -> None:
+    train_tiny(config)
+    config.training.tokens = 8 * 32 * 1_000_000
+
+
+def scontrol_state(job_id: str) -> str:
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30)
+    return job_state(out.stdout)[0]
+
+
+@pytest.mark.slow
+def test_deadline_cancels_the_job(slurm_cluster, code_tarball, remote_work_dir, uv_env, uv_binary, tmp_path):
+    revision, tarball = code_tarball
+    root = synthetic_root(tmp_path)
+    spec = make_spec("gpt/train/pretrain", "endless", root, revision, endless)
+    with pytest.raises(LaunchFailed, match=r"SLURM job (\d+) \(gpt/train/pretrain 'endless'\) ran past its deadline "
+                                           "of 4 s and was cancelled") as failed:
+        launch_slurm(spec, local_slurm(root, remote_work_dir, uv_env, processes=1, chips=1), tarball, uv=uv_binary,
+                     timeout=4, poll=0.2, stream=None)
+    job_id = re.search(r"SLURM job (\d+)", str(failed.value)).group(1)
+    assert scontrol_state(job_id) == "CANCELLED" and failed.value.returncodes == (None,)
+    assert not leftover_processes(failed.value.stage)
+
+
+@pytest.mark.slow
+def test_interrupt_cancels_the_job(slurm_cluster, code_tarball, remote_work_dir, uv_env, uv_binary, tmp_path):
+    """Ctrl-C while following the job: scancel, then the KeyboardInterrupt goes on."""
+    revision, tarball = code_tarball
+    root = synthetic_root(tmp_path)
+    spec = make_spec("gpt/train/pretrain", "interrupted", root, revision, endless)
+    stream = InterruptOn("[theseus] job ")
+    with pytest.raises(KeyboardInterrupt):
+        launch_slurm(spec, local_slurm(root, remote_work_dir, uv_env, processes=1, chips=1), tarball, uv=uv_binary,
+                     timeout=300, poll=0.2, stream=stream)
+    job_id = re.search(r"\[theseus\] job (\d+):", stream.text).group(1)
+    assert scontrol_state(job_id) == "CANCELLED"
+    [stage] = glob.glob(f"{remote_work_dir}/launches/{spec.nonce}-*")
+    assert not leftover_processes(stage)
 
 
 def test_unanswering_controller_is_a_clear_error_before_anything_is_shipped(tmp_path, monkeypatch):

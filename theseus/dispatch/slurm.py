@@ -203,15 +203,19 @@ def launch_slurm(spec: Any, placement: Any, tarball: bytes, *, uv: str | None = 
     out_file = f"{stage}/slurm-{job_id}.out"
     follow = _Follow(login, out_file, stream)
     deadline = time.monotonic() + timeout
-    while _queued(login, job_id):
-        follow.read()
-        if time.monotonic() > deadline:
-            login.run(f"scancel {job_id}", timeout=60)
+    try:
+        while _queued(login, job_id):
             follow.read()
-            raise LaunchFailed(f"SLURM job {job_id} ({spec.job_key} {spec.run_name!r}) ran past its deadline of "
-                               f"{timeout:.0f} s and was cancelled; output in {login.where}:{out_file}; "
-                               f"last lines:\n{follow.tail()}", (None,), follow.tail(), stage)
-        time.sleep(poll)
+            if time.monotonic() > deadline:
+                _cancel(login, job_id)
+                follow.read()
+                raise LaunchFailed(f"SLURM job {job_id} ({spec.job_key} {spec.run_name!r}) ran past its deadline "
+                                   f"of {timeout:.0f} s and was cancelled; output in {login.where}:{out_file}; "
+                                   f"last lines:\n{follow.tail()}", (None,), follow.tail(), stage)
+            time.sleep(poll)
+    except (KeyboardInterrupt, SystemExit):  # the job is ours: interrupted here, it is cancelled there
+        _cancel(login, job_id)
+        raise
     follow.read()
     shown = login.run(f"scontrol show job {job_id}", timeout=60)
     state, code = job_state(shown.stdout.decode(errors="replace"))
@@ -224,6 +228,14 @@ def launch_slurm(spec: Any, placement: Any, tarball: bytes, *, uv: str | None = 
                            f"{code}; output in {login.where}:{out_file}; last lines:\n{follow.tail()}",
                            (status,), follow.tail(), stage)
     return Launched(host.name, stage, spec.first_node().id, (status,), follow.tail(), job_id)
+
+
+def _cancel(login: Login, job_id: str, wait: float = 60) -> None:
+    """``scancel`` the job and wait (at most ``wait`` seconds) until it has left the queue."""
+    login.run(f"scancel {job_id}", timeout=60)
+    deadline = time.monotonic() + wait
+    while _queued(login, job_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def _queued(login: Login, job_id: str) -> bool:

@@ -324,7 +324,15 @@ def launch_ssh(spec: Any, placement: Any, tarball: bytes, *, uv: str | None = No
                                 stderr=subprocess.STDOUT)
         procs.append(proc)
         pumps.append(output.pump(proc.stdout, f"{host.name}/{i}"))
-    codes = _wait(procs, time.monotonic() + timeout, grace, lambda: _kill_remote(ssh, stage, n))
+    try:
+        codes = _wait(procs, time.monotonic() + timeout, grace)
+    finally:  # past the deadline, after a failure, or interrupted (Ctrl-C): stop what still runs, there and here
+        if any(p.poll() is None for p in procs):
+            _kill_remote(ssh, stage, n)
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(timeout=10)
     for pump in pumps:
         pump.join(timeout=5)
     if None in codes or any(codes):
@@ -335,9 +343,9 @@ def launch_ssh(spec: Any, placement: Any, tarball: bytes, *, uv: str | None = No
     return Launched(host.name, stage, spec.first_node().id, tuple(codes), output.tail())
 
 
-def _wait(procs: list[subprocess.Popen], deadline: float, grace: float, kill) -> list[int | None]:
-    """Wait for every process until ``deadline``; once one fails the rest get ``grace`` seconds.
-    Whatever still runs then is killed (``kill()`` stops the remote side) and reported as None."""
+def _wait(procs: list[subprocess.Popen], deadline: float, grace: float) -> list[int | None]:
+    """Exit codes of ``procs``, waiting until ``deadline``; once one fails the rest get ``grace``
+    seconds. A process still running then is reported as None (the caller stops it)."""
     while True:
         codes = [p.poll() for p in procs]
         if None not in codes:
@@ -346,27 +354,28 @@ def _wait(procs: list[subprocess.Popen], deadline: float, grace: float, kill) ->
             deadline = min(deadline, time.monotonic() + grace)
             grace = float("inf")  # set the failure deadline once
         if time.monotonic() > deadline:
-            kill()
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait(timeout=10)
-            return [None if c is None else c for c in codes]
+            return codes
         time.sleep(0.1)
 
 
-def _kill_remote(ssh: Ssh, stage: str, n: int, wait: float = 10) -> None:
-    """Stop the process group of every remote process of a launch (their PIDs are in the stage):
-    SIGTERM (the bootstrap then publishes its output and records the failure), SIGKILL ``wait`` s later."""
+def _kill_remote(ssh: Ssh, stage: str, n: int, term_wait: float = 3, leaf_wait: float = 20) -> None:
+    """Stop the process group of every remote process of a launch (their PIDs are in the stage).
+
+    SIGTERM first. A worker under ``jax.distributed`` ignores it (JAX's preemption
+    notifier catches it), so after ``term_wait`` s the bootstrap's workers
+    (``python -m theseus.dispatch.bootstrap --worker ...``) get SIGKILL: their
+    supervisors then publish the output, record the failure and exit. Whatever is
+    left after ``leaf_wait`` s gets SIGKILL."""
     script = f"""cd {shlex.quote(stage)} || exit 0
 groups=""
-for i in $(seq 0 {n - 1}); do p=$(cat process-$i.pid 2>/dev/null) && groups="$groups -$p"; done
-for g in $groups; do kill -TERM -- $g 2>/dev/null; done
-for t in $(seq {int(wait * 10)}); do
-  alive=0; for g in $groups; do kill -0 -- $g 2>/dev/null && alive=1; done
-  [ $alive = 0 ] && exit 0; sleep 0.1
-done
-for g in $groups; do kill -KILL -- $g 2>/dev/null; done
+for i in $(seq 0 {n - 1}); do p=$(cat process-$i.pid 2>/dev/null) && groups="$groups $p"; done
+alive() {{ for g in $groups; do kill -0 -- -$g 2>/dev/null && return 0; done; return 1; }}
+wait_gone() {{ for t in $(seq $1); do alive || exit 0; sleep 0.1; done; }}
+for g in $groups; do kill -TERM -- -$g 2>/dev/null; done
+wait_gone {int(term_wait * 10)}
+for g in $groups; do pkill -KILL -g $g -f 'theseus[.]dispatch[.]bootstrap --worker' 2>/dev/null; done
+wait_gone {int(leaf_wait * 10)}
+for g in $groups; do kill -KILL -- -$g 2>/dev/null; done
 true
 """
-    ssh.run("bash -s", input=script.encode(), timeout=wait + 30)
+    ssh.run("bash -s", input=script.encode(), timeout=term_wait + leaf_wait + 30)
