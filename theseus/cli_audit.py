@@ -147,7 +147,7 @@ def render(report: AuditReport, console: Console, show_config: bool = False) -> 
     scope = f" (run {report.nonce})" if report.nonce else ""
     say(f"[bold]audit of {escape(report.root)}{scope}[/bold]: {_count(len(report.runs), 'run')}, "
         f"{_count(report.segments, 'log segment')}, {_count(report.files, 'checkpoint file')}, "
-        f"{_size(report.bytes_verified)} verified in {report.seconds:.2f} s")
+        f"{_size(report.bytes_verified) + ' hashed' if report.checksums else 'sizes only'} in {report.seconds:.2f} s")
     for run in report.runs:
         _print_run(run, say, show_config)
     if report.problems:

@@ -93,9 +93,10 @@ class Change:
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointAudit:
-    """One committed checkpoint: its node, folder, file count and bytes, whether every
-    file matched MANIFEST.json (``verified`` is None when checksums were skipped),
-    its config and the changes from the checkpoint ``against`` (a node id).
+    """One committed checkpoint: its node, folder, file count and bytes on disk, whether
+    every file matched MANIFEST.json (``verified`` is None when checksums were skipped),
+    its config, the changes from the checkpoint ``against`` (a node id), how many
+    integrity problems it has and how many bytes were read and hashed (``hashed``).
 
     >>> CheckpointAudit("id", 3, "objects/id", 2, 10, True, {"lr": 0.1}, None, ()).ok
     True
@@ -111,6 +112,7 @@ class CheckpointAudit:
     against: str | None
     changes: tuple[Change, ...]
     problems: int = 0
+    hashed: int = 0
 
     @property
     def ok(self) -> bool:
@@ -188,6 +190,7 @@ class AuditReport:
     files: int = 0
     bytes_verified: int = 0
     seconds: float = 0.0
+    checksums: bool = True
 
     @property
     def ok(self) -> bool:
@@ -278,8 +281,9 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
         unreferenced=tuple(unreferenced),
         segments=segments,
         files=sum(c.files for c in checked.values()),
-        bytes_verified=sum(c.bytes for c in checked.values() if c.verified),
+        bytes_verified=sum(c.hashed for c in checked.values()) if verify_checksums else 0,
         seconds=round(time.perf_counter() - start, 4),
+        checksums=verify_checksums,
     )
 
 
@@ -665,7 +669,8 @@ def _check_checkpoints(fs, base, wanted, verify, threads, problems) -> dict[str,
         found: list[Problem] = []
         if failure is not None:
             found.append(failure)
-            out[node] = CheckpointAudit(node, seq, path, len(present), 0, False if verify else None, None, None, (), 1)
+            out[node] = CheckpointAudit(node, seq, path, len(present), sum(present.values()), False if verify else None,
+                                        None, None, (), 1)
         else:
             out[node] = _judge(node, seq, path, listed, present, hashed, verify, found, parsed)
         problems += found
@@ -793,7 +798,7 @@ def _judge(node, seq, path, listed, present, hashed, verify, found, cache) -> Ch
             bad("unlisted-array", f"checkpoint/{array}", f"array {array} is in {INDEX} but not in {MANIFEST}")
     for rel in sorted(set(present) - set(listed) - {MANIFEST}):
         bad("unlisted-file", rel, f"{path}/{rel} is not listed in {MANIFEST}: the folder changed after its commit")
-    checked_bytes = 0
+    hashed_bytes = 0
     for rel, entry in sorted(listed.items()):
         if rel not in present:
             continue
@@ -809,7 +814,7 @@ def _judge(node, seq, path, listed, present, hashed, verify, found, cache) -> Ch
             bad("unreadable-file", rel, f"{where} cannot be read: {_first_line(result)}")
             continue
         size, digest, _ = result
-        checked_bytes += size
+        hashed_bytes += size
         if size != entry["size"]:
             bad("corrupt-file", rel, f"{where}: read {size} bytes, {entry['size']} in {MANIFEST}")
         elif verify and digest != entry["sha256"]:
@@ -817,8 +822,8 @@ def _judge(node, seq, path, listed, present, hashed, verify, found, cache) -> Ch
     if config is None and CONFIG not in listed:
         found.append(Problem("no-config", path, f"checkpoint {path} has no {CONFIG}", WARNING))
     errors = sum(p.severity == ERROR for p in found)
-    return CheckpointAudit(node, seq, path, len(present), checked_bytes, (errors == 0) if verify else None,
-                           config, None, (), errors)
+    return CheckpointAudit(node, seq, path, len(present), sum(present.values()), (errors == 0) if verify else None,
+                           config, None, (), errors, hashed_bytes if verify else 0)
 
 
 # ---------------------------------------------------------------------------
