@@ -23,13 +23,13 @@ def set_config(q, cfg: dict) -> None:
             setattr(q.config[section], key, value)
 
 
-def train_run(root: str, steps: int = 8, with_data: bool = True) -> str:
+def train_run(root: str, steps: int = 8, checkpoint_interval: int = 4, with_data: bool = True) -> str:
     """Write the synthetic dataset (optionally) and train a fresh run of ``steps`` steps; its nonce."""
     if with_data:
         write_dataset(root)
     with quick(root) as q:
         q.build("gpt/train/pretrain", "train-gpt")
-        set_config(q, tiny_config(steps))
+        set_config(q, tiny_config(steps, checkpoint_interval))
         job = q.create()
         job()
     return job.node.nonce
