@@ -167,6 +167,7 @@ def test_a_launch_past_its_deadline_is_stopped_and_recorded(tmp_path):
     done = theseus("launch", "gpt/train/pretrain", "slow", root, *TINY, "training.tokens=1000000",
                    "--timeout", "12", timeout=120)
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-3000:]
+    assert "past its deadline" in done.stderr
     store = Store(root)
     nonce = store.runs()["nonce"][0]
     record = store.run_record(nonce)

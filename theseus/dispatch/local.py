@@ -130,7 +130,7 @@ def launch_local(spec: LaunchSpec, processes: int = 1, devices_per_process: int 
     >>> try:
     ...     launch_local(spec)
     ... except BadInput as e:
-    ...     print(str(e).split(";")[0])
+    ...     print(e)
     unknown job 'data/tokenize/nope' (`theseus jobs` lists them all)
     """
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
@@ -171,7 +171,9 @@ def launch_local(spec: LaunchSpec, processes: int = 1, devices_per_process: int 
             for pump in pumps:
                 pump.join(timeout=10)
     codes = tuple(p.returncode if p.returncode is not None else -signal.SIGKILL for p in procs)
-    return LaunchResult(spec, codes, time.monotonic() - started, timed_out)
+    seconds = time.monotonic() - started
+    late = timed_out or (any(codes) and seconds >= timeout)  # the bootstraps stopped their workers at `timeout`
+    return LaunchResult(spec, codes, seconds, late)
 
 
 def _wait(procs: list[subprocess.Popen], deadline: float, grace: float) -> bool:
