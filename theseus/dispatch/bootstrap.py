@@ -276,6 +276,7 @@ def _work(spec: LaunchSpec, info: ProcessInfo) -> int:
         return EXIT_BAD_INPUT
     if info.distributed:
         _initialize(info)
+        signal.signal(signal.SIGTERM, _terminated)  # JAX's preemption notifier took SIGTERM over: take it back
     logger.info(f"BOOTSTRAP | process {info.process_id}/{info.num_processes} | {spec.job_key} "
                 f"{spec.run_name} nonce {spec.nonce} | root {spec.root}")
     from theseus.store.node import Node
