@@ -62,9 +62,7 @@ def compact_run(store: Store, paths: list[str]) -> str | None:
 
 def compact(store: Store, name: str = "*", nonce: str = "*", min_segments: int = 2) -> dict[str, int]:
     """Compact every run with at least ``min_segments`` segments; returns ``{run dir: merged count}``."""
-    runs: dict[tuple[str, str], list[str]] = {}
-    for path in store._segments(name, nonce):
-        runs.setdefault(partition_of(path), []).append(path)
+    runs = store._runs(name, nonce)
     done = {}
     for (run_name, run_nonce), paths in sorted(runs.items()):
         if len(paths) >= max(2, min_segments) and compact_run(store, paths):

@@ -11,6 +11,7 @@ from functools import cached_property
 
 _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
 _NONCE = re.compile(r"^[0-9a-f]{6}$")
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
 def normalize_name(name: str) -> str:
@@ -59,7 +60,7 @@ def encode_id(name: str, nonce: str, seq: int) -> str:
     'Z2VuZXJhbC5kZWZhdWx0LnRyYWluLWdwdDo5NDllODg6MA'
     """
     raw = f"{name}:{nonce}:{seq}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return binascii.b2a_base64(raw, newline=False).translate(_URLSAFE).rstrip(b"=").decode()
 
 
 def decode_id(node_id: str) -> tuple[str, str, int]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable
 import polars as pl
 
 from theseus.store.fold import DTYPES, WRITTEN, fold_run, with_identity
-from theseus.store.segments import by_run, union_keys
+from theseus.store.segments import union_keys
 from theseus.store.view import View, scan_view, stored_columns, view_columns
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class Scope:
 
     def __init__(self, store: Store, name: str = "*", nonce: str = "*"):
         self.store = store
-        self.runs = by_run(store._segments(name, nonce)) if "\x00" not in name + nonce else {}
+        self.runs = store._runs(name, nonce) if "\x00" not in name + nonce else {}
         self.view: View | None = store._view() if self.runs else None
         self.in_view: dict[tuple[str, str], int] = {}  # run -> view run number
         self.newer: dict[tuple[str, str], list[str]] = {}  # view run -> its segments newer than the view
@@ -87,7 +87,11 @@ class Scope:
         view and the log contribute).
         """
         view = self.view
-        exact = {run: i for run, i in self.in_view.items() if not self._widened(i, keys)}
+        widened = {}  # per view signature: does the view store one of ``keys`` as another type than asked?
+        for i in set(view.run_keys[i] for i in self.in_view.values()) if view else ():
+            own = view.signatures[i]
+            widened[i] = any(k in own and view.types.get(k) != t for k, t in keys.items())
+        exact = {run: i for run, i in self.in_view.items() if not widened[view.run_keys[i]]}
         parts, plain, overlay = [], [], []
         for run in self.runs:
             if run not in exact:
@@ -112,11 +116,6 @@ class Scope:
         if not parts:
             return empty_nodes(keys, parent, written).lazy(), True
         return (parts[0], True) if len(parts) == 1 else (pl.concat(parts), False)
-
-    def _widened(self, number: int, keys: dict[str, str]) -> bool:
-        """True when the view stores one of ``keys`` of this run as another type than asked."""
-        own = self.view.keys(number)
-        return any(k in own and self.view.types.get(k) != t for k, t in keys.items())
 
     def _fold(self, run, paths, keys, rows, parent, written, run_keys) -> tuple[pl.DataFrame, dict]:
         footers = self.store._footers.footers(paths)

@@ -78,17 +78,14 @@ def encode(table: pa.Table, keys: dict[str, str], index: dict) -> bytes:
     Columns may be dictionary arrays (the writer's node ids); they are stored as plain
     strings, so every segment reads back with the same schema.
     """
-    compression = "zstd" if table.num_rows >= SMALL_SEGMENT_ROWS else "none"
+    # zstd's setup costs more than it saves on a small live segment; float values hardly compress
+    compression = {c: "zstd" if table.num_rows >= SMALL_SEGMENT_ROWS and c != "float" else "none" for c in table.column_names}
     sink = io.BytesIO()
     # dictionary pages and statistics only where they pay: hashing 80k random floats or
     # comparing 80k node ids costs more than all the rest of a flush
     with pq.ParquetWriter(sink, table.schema.remove_metadata(), compression=compression, store_schema=False,
                           use_dictionary=_DICTIONARY, write_statistics=_STATISTICS) as w:
-        if table.num_rows < SMALL_SEGMENT_ROWS:
-            w.write_table(table)
-        else:  # a row group per key, so a reader of a few keys reads only their rows
-            for start, stop, *_ in index["blocks"].values():
-                w.write_table(table.slice(start, stop - start), row_group_size=1 << 20)
+        w.write_table(table, row_group_size=1 << 20)
         w.add_key_value_metadata({
             KEYS_METADATA.decode(): json.dumps(keys, sort_keys=True),
             INDEX_METADATA.decode(): json.dumps(index, separators=(",", ":")),
@@ -147,26 +144,33 @@ def list_segments(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", non
     >>> list_segments(fs, root)
     []
     """
-    if rootfs.is_local(fs):
-        return sorted(_list_local(root, name, nonce))
-    pattern = f"{root}/{LOG}/name={name}/nonce={nonce}/*.parquet"
-    try:
-        found = fs.glob(pattern)
-    except FileNotFoundError:
-        return []
-    return sorted(p for p in found if not os.path.basename(p).startswith("."))
+    return sorted(p for paths in list_runs(fs, root, name, nonce).values() for p in paths)
 
 
-def _list_local(root: str, name: str, nonce: str) -> list[str]:
+def list_runs(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", nonce: str = "*") -> dict[tuple[str, str], list[str]]:
+    """Published segments by run, ``{(name, nonce): [path, ...]}``, runs and paths sorted.
+
+    >>> fs, root = rootfs.open_root("/tmp/theseus-empty-doc")
+    >>> list_runs(fs, root)
+    {}
+    """
+    if not rootfs.is_local(fs):
+        try:
+            found = fs.glob(f"{root}/{LOG}/name={name}/nonce={nonce}/*.parquet")
+        except FileNotFoundError:
+            return {}
+        return by_run([p for p in found if not os.path.basename(p).startswith(".")])
     log = f"{root}/{LOG}"
-    out = []
+    runs = {}
     literal = not _is_glob(nonce)
-    for name_dir in _matching(log, "name=", name, not _is_glob(name)):
+    for name_dir in sorted(_matching(log, "name=", name, not _is_glob(name))):
         base = f"{log}/{name_dir}"
-        for nonce_dir in _matching(base, "nonce=", nonce, literal):
+        for nonce_dir in sorted(_matching(base, "nonce=", nonce, literal)):
             folder = f"{base}/{nonce_dir}"
-            out.extend(f"{folder}/{f}" for f in _scandir(folder) if f[0] != "." and f.endswith(".parquet"))
-    return out
+            paths = sorted(f"{folder}/{f}" for f in _scandir(folder) if f[0] != "." and f.endswith(".parquet"))
+            if paths:
+                runs[(name_dir[5:], nonce_dir[6:])] = paths
+    return runs
 
 
 def _is_glob(pattern: str) -> bool:
@@ -209,7 +213,7 @@ def by_run(paths: list[str]) -> dict[tuple[str, str], list[str]]:
     runs: dict[tuple[str, str], list[str]] = {}
     for path in sorted(paths):
         runs.setdefault(partition_of(path), []).append(path)
-    return runs
+    return dict(sorted(runs.items()))
 
 
 class CorruptSegment(ValueError):
@@ -303,7 +307,7 @@ def union_keys(key_sets) -> dict[str, str]:
     {'a': 'float', 'b': 'str'}
     """
     union: dict[str, str] = {}
-    for keys in key_sets:
+    for keys in {id(k): k for k in key_sets}.values():  # many runs share one dict
         for k, t in keys.items():
             union[k] = merge_types(union[k], t) if k in union else t
     return union

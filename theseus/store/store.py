@@ -14,7 +14,7 @@ from theseus.store.cursor import Cursor, EmptyResult
 from theseus.store.node import Node, decode_id
 from theseus.store.reader import WRITTEN, latest_value, scan
 from theseus.store.scope import Scope
-from theseus.store.segments import FooterCache, by_run, list_segments
+from theseus.store.segments import FooterCache, list_runs, list_segments
 from theseus.store.view import View, build_view, list_views, read_view
 from theseus.store.writer import Writer
 
@@ -114,7 +114,7 @@ class Store:
         """
         merged = compact(self, name, nonce)
         view = self._view()
-        runs = by_run(self._segments())
+        runs = self._runs()
         if view is None or set(view.runs) != set(runs) or any(
                 set(view.segments[view.runs[run]]) != {p.rsplit("/", 1)[-1] for p in paths} for run, paths in runs.items()):
             build_view(self)
@@ -122,6 +122,9 @@ class Store:
 
     def _segments(self, name: str = "*", nonce: str = "*") -> list[str]:
         return list_segments(self.fs, self._root, name, nonce)
+
+    def _runs(self, name: str = "*", nonce: str = "*") -> dict[tuple[str, str], list[str]]:
+        return list_runs(self.fs, self._root, name, nonce)
 
     def _view(self) -> View | None:
         """The newest published view, parsed (None when there is none)."""

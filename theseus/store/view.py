@@ -31,13 +31,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.fold import DTYPES, WRITTEN, fold_run, node_ids, with_identity
-from theseus.store.segments import CorruptSegment, by_run, union_keys
+from theseus.store.segments import CorruptSegment, union_keys
 
 if TYPE_CHECKING:
     from theseus.store.store import Store
@@ -190,7 +191,7 @@ def build_view(store: Store) -> str | None:
     ({'loss': 'float'}, [('general.default.doc', '...')], [0, 1])
     """
     stamp = time.time_ns()
-    runs = by_run(store._segments())
+    runs = store._runs()
     if not runs:
         return None
     footers = {run: store._footers.footers(paths) for run, paths in runs.items()}
@@ -220,7 +221,9 @@ def build_view(store: Store) -> str | None:
     table = frame.to_arrow()
     sink = io.BytesIO()
     # no Arrow schema in the footer (it would repeat the metadata), statistics where they prune
-    with pq.ParquetWriter(sink, table.schema, compression="zstd", store_schema=False,
+    # float values hardly compress and are what a top-k reads: stored plain, the rest zstd
+    compression = {f.name: "none" if f.type == pa.float64() else "zstd" for f in table.schema}
+    with pq.ParquetWriter(sink, table.schema, compression=compression, store_schema=False,
                           write_statistics=["name", "nonce", "seq", RUN, *[k for k, t in types.items() if t != "str"]]) as w:
         w.write_table(table, row_group_size=ROW_GROUP)
         w.add_key_value_metadata({VIEW_METADATA.decode(): json.dumps(meta, separators=(",", ":"))})
