@@ -8,13 +8,14 @@ filesystem, or gs://, in real use).
 
 from __future__ import annotations
 
+import glob
 import io
 import os
 
 import pytest
 
 from tests.conftest import free_port
-from tests.dispatch.conftest import leftover_processes, make_spec, seed_peak_cache, synthetic_root
+from tests.dispatch.conftest import InterruptOn, leftover_processes, make_spec, seed_peak_cache, synthetic_root
 from theseus.data.store import open_dataset
 from theseus.dispatch.inventory import Cluster, SshHost
 from theseus.dispatch.solver import Placement
@@ -93,30 +94,45 @@ def test_unknown_job_key_fails_clearly_and_writes_nothing(sshd_server, code_tarb
     assert not os.path.exists(root)
 
 
+def endless(config) -> None:
+    """Training far longer than any test: the tiny GPT on the synthetic dataset, 8 rows of 4 per device."""
+    train_small(config)
+    config.data.dataset = "fineweb"
+    config.architecture.vocab_size = 256
+    config.training.tokens = 4 * 32 * 1_000_000
+    config.training.batch_size, config.training.per_device_batch_size = 8, 4
+
+
 @pytest.mark.slow
-def test_deadline_stops_the_remote_processes_and_records_the_failure(sshd_server, code_tarball, remote_work_dir,
-                                                                     uv_env, uv_binary, tmp_path):
-    """Two processes (jax.distributed over loopback) training far longer than the deadline."""
+def test_interrupt_stops_both_remote_processes_and_records_the_failure(sshd_server, code_tarball, remote_work_dir,
+                                                                       uv_env, uv_binary, tmp_path):
+    """Ctrl-C once two processes (jax.distributed over loopback, where workers ignore SIGTERM) are training."""
     revision, tarball = code_tarball
     root = synthetic_root(tmp_path)
-
-    def endless(config):
-        train_small(config)
-        config.data.dataset = "fineweb"
-        config.architecture.vocab_size = 256
-        config.training.tokens = 4 * 32 * 1_000_000
-        config.training.batch_size, config.training.per_device_batch_size = 8, 4
-
     spec = make_spec("gpt/train/pretrain", "endless", root, revision, endless)
-    placement = loopback(sshd_server, root, remote_work_dir, uv_env, processes=2)
-    out = io.StringIO()
-    with pytest.raises(LaunchFailed, match="ran past its deadline of 25 s") as failed:
-        launch_ssh(spec, placement, tarball, uv=uv_binary, known_hosts=str(tmp_path / "known_hosts"), timeout=25,
-                   stream=out)
-    assert failed.value.returncodes == (None, None), failed.value.tail
-    record = Store(root).run_record(spec.nonce)  # process 0's bootstrap got SIGTERM and recorded it
-    assert record["_status"] == "failed", failed.value.tail
-    assert failed.value.stage.startswith(remote_work_dir)
+    stream = InterruptOn("synchronized and starting")
+    with pytest.raises(KeyboardInterrupt):
+        launch_ssh(spec, loopback(sshd_server, root, remote_work_dir, uv_env, processes=2), tarball, uv=uv_binary,
+                   known_hosts=str(tmp_path / "known_hosts"), timeout=300, stream=stream)
+    [stage] = glob.glob(f"{remote_work_dir}/launches/{spec.nonce}-*")
+    assert not leftover_processes(stage), stream.text[-3000:]
+    record = Store(root).run_record(spec.nonce)  # process 0's bootstrap saw its worker killed and recorded it
+    assert record["_status"] == "failed", stream.text[-3000:]
+    logs = os.listdir(f"{root}/objects/{spec.first_node().id}/logs")
+    assert sorted(logs) == ["process-0.log", "process-1.log"]
+
+
+@pytest.mark.slow
+def test_deadline_stops_the_remote_processes(sshd_server, code_tarball, remote_work_dir, uv_env, uv_binary,
+                                             tmp_path):
+    revision, tarball = code_tarball
+    root = synthetic_root(tmp_path)
+    spec = make_spec("gpt/train/pretrain", "endless", root, revision, endless)
+    with pytest.raises(LaunchFailed, match=r"ran past its deadline of 3 s \(exit status per process: \[None\]\)"
+                                           ) as failed:
+        launch_ssh(spec, loopback(sshd_server, root, remote_work_dir, uv_env), tarball, uv=uv_binary,
+                   known_hosts=str(tmp_path / "known_hosts"), timeout=3, stream=None)
+    assert failed.value.returncodes == (None,) and failed.value.stage.startswith(remote_work_dir)
     assert not leftover_processes(failed.value.stage), failed.value.tail
 
 
