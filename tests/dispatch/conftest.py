@@ -78,7 +78,11 @@ def stop(proc: subprocess.Popen, timeout: float = 10) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class SshServer:
-    """A running sshd: where it listens, who may log in with which key, and its files."""
+    """A running sshd: where it listens, who may log in with which key, and its files.
+
+    ``known_hosts`` lists its host key: pass it to the launchers (``known_hosts=``) so
+    nothing is added to the user's ``~/.ssh/known_hosts``.
+    """
 
     address: str
     port: int
@@ -90,6 +94,10 @@ class SshServer:
     @property
     def log(self) -> Path:
         return self.folder / "sshd.log"
+
+    @property
+    def known_hosts(self) -> str:
+        return str(self.folder / "known_hosts")
 
 
 def keygen(path: Path) -> None:
@@ -106,6 +114,8 @@ def sshd_server(tmp_path_factory):
     keygen(folder / "user_key")
     (folder / "authorized_keys").write_text((folder / "user_key.pub").read_text())
     port = free_port()
+    host_key = (folder / "host_key.pub").read_text().split()
+    (folder / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key[0]} {host_key[1]}\n")
     (folder / "sshd_config").write_text(f"""\
 Port {port}
 ListenAddress 127.0.0.1

@@ -8,9 +8,11 @@ filesystem, or gs://, in real use).
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import io
 import os
+import subprocess
 
 import pytest
 
@@ -56,7 +58,7 @@ def test_tokenize_then_train_over_loopback_ssh(sshd_server, code_tarball, remote
     seed_peak_cache(root)
     placement = loopback(sshd_server, root, remote_work_dir, uv_env)
     out = io.StringIO()
-    launch = dict(uv=uv_binary, known_hosts=str(tmp_path / "known_hosts"), timeout=300, stream=out)
+    launch = dict(uv=uv_binary, known_hosts=sshd_server.known_hosts, timeout=300, stream=out)
 
     tokenize = make_spec("data/tokenize/pydoc", "tokenize-pydoc", root, revision, pydoc_small)
     done = launch_ssh(tokenize, placement, tarball, **launch)
@@ -89,7 +91,7 @@ def test_unknown_job_key_fails_clearly_and_writes_nothing(sshd_server, code_tarb
     spec = LaunchSpec("data/tokenize/pydocs", "tok", "{}\n", root, revision=revision, groups=("cpu",))
     with pytest.raises(LaunchFailed, match=r"(?s)exit status per process: \[2\].*data/tokenize/pydoc") as failed:
         launch_ssh(spec, loopback(sshd_server, root, remote_work_dir, uv_env), tarball, uv=uv_binary,
-                   known_hosts=str(tmp_path / "known_hosts"), timeout=300, stream=None)
+                   known_hosts=sshd_server.known_hosts, timeout=300, stream=None)
     assert failed.value.returncodes == (2,)
     assert not os.path.exists(root)
 
@@ -113,7 +115,7 @@ def test_interrupt_stops_both_remote_processes_and_records_the_failure(sshd_serv
     stream = InterruptOn("synchronized and starting")
     with pytest.raises(KeyboardInterrupt):
         launch_ssh(spec, loopback(sshd_server, root, remote_work_dir, uv_env, processes=2), tarball, uv=uv_binary,
-                   known_hosts=str(tmp_path / "known_hosts"), timeout=300, stream=stream)
+                   known_hosts=sshd_server.known_hosts, timeout=300, stream=stream)
     [stage] = glob.glob(f"{remote_work_dir}/launches/{spec.nonce}-*")
     assert not leftover_processes(stage), stream.text[-3000:]
     record = Store(root).run_record(spec.nonce)  # process 0's bootstrap saw its worker killed and recorded it
@@ -131,7 +133,7 @@ def test_deadline_stops_the_remote_processes(sshd_server, code_tarball, remote_w
     with pytest.raises(LaunchFailed, match=r"ran past its deadline of 3 s \(exit status per process: \[None\]\)"
                                            ) as failed:
         launch_ssh(spec, loopback(sshd_server, root, remote_work_dir, uv_env), tarball, uv=uv_binary,
-                   known_hosts=str(tmp_path / "known_hosts"), timeout=3, stream=None)
+                   known_hosts=sshd_server.known_hosts, timeout=3, stream=None)
     assert failed.value.returncodes == (None,) and failed.value.stage.startswith(remote_work_dir)
     assert not leftover_processes(failed.value.stage), failed.value.tail
 
@@ -150,11 +152,18 @@ def test_unreachable_host_is_a_clear_error_before_anything_starts(tmp_path):
 
 def test_probe_names_a_missing_interpreter(sshd_server, tmp_path):
     ssh = Ssh(sshd_server.address, sshd_server.port, sshd_server.user, sshd_server.identity_file,
-              str(tmp_path / "known_hosts"))
+              sshd_server.known_hosts)
     home, port = ssh.probe()
     assert home.startswith("/") and 0 < port < 65536
     with pytest.raises(HostUnreachable, match="answers, but `python9` could not run there"):
         ssh.probe("python9", "box")
+    # a host whose key is not the one on record is refused, never trusted anew
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True, timeout=30)
+    kind, key = (tmp_path / "other_key.pub").read_text().split()[:2]
+    (tmp_path / "known_hosts").write_text(f"[127.0.0.1]:{sshd_server.port} {kind} {key}\n")
+    with pytest.raises(HostUnreachable, match="Host key verification failed"):
+        dataclasses.replace(ssh, known_hosts=str(tmp_path / "known_hosts")).probe()
 
 
 def test_wrong_host_type_and_accelerator_processes_are_refused(tmp_path):
