@@ -6,8 +6,8 @@ qos, time and memory, output into the launch's stage folder. It picks a free
 port for the ``jax.distributed`` coordinator on the first node (127.0.0.1 when
 the job has one node), exports the devices' and the host's and spec's
 environment, and runs ``srun --kill-on-bad-exit=1 bash bootstrap.sh``; each task's
-bootstrap reads its process id from ``SLURM_PROCID`` and the count from
-``SLURM_NTASKS``.
+bootstrap reads its process id from ``SLURM_PROCID`` (a ``THESEUS_PROCESS_ID``
+passed on from the submitting shell is unset) and the count from ``SLURM_NTASKS``.
 
 ``launch_slurm(spec, placement, tarball)`` checks the controller answers
 (``scontrol ping``; over ssh when the host's ``login`` is not ``localhost``),
@@ -98,6 +98,7 @@ def sbatch_script(spec: Any, placement: Any, stage: str | None = None, uv: str |
              f"port=$(python3 -c {q(_FREE_PORT)} 2>/dev/null || echo $((20000 + SLURM_JOB_ID % 20000)))",
              f'export THESEUS_COORDINATOR="{head}:$port"',
              'export THESEUS_NUM_PROCESSES="$SLURM_NTASKS"',
+             "unset THESEUS_PROCESS_ID  # each task's id is its SLURM_PROCID",
              'echo "[theseus] job $SLURM_JOB_ID: $SLURM_NTASKS tasks on $SLURM_JOB_NODELIST, '
              'coordinator $THESEUS_COORDINATOR"',
              f"srun --kill-on-bad-exit=1 --label bash {q(stage + '/bootstrap.sh')}",
