@@ -10,6 +10,7 @@ from rich.table import Table
 
 from theseus.store import EmptyResult, Node, Store
 from theseus.store.reader import WRITTEN
+from theseus.store.view import list_views
 
 
 def _when(stamp: int | None) -> str:
@@ -77,14 +78,18 @@ def show(
 
 
 def compact(root: str = typer.Argument(..., help="root folder or gs:// URL")) -> None:
-    """Merge each run's small log segments into one (safe while others read and write).
+    """Merge each run's small log segments into one and refresh the view (safe while others read and write).
 
     Example: ``theseus compact /tmp/root``
     """
-    merged = Store(root).compact()
+    store = Store(root)
+    merged = store.compact()
     for run, count in merged.items():
         Console().print(f"compacted {run}: {count} segments -> 1")
     Console().print(f"{len(merged)} runs compacted")
+    views = list_views(store)
+    if views:
+        Console().print(f"view {views[-1].rsplit('/', 1)[-1]} (a folded copy of the log for fast queries)")
 
 
 def register(app: typer.Typer) -> None:

@@ -46,6 +46,6 @@ def test_compact_command(tmp_path):
     assert len(store._segments()) == 5
     result = runner.invoke(app, ["compact", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert "5 segments -> 1" in result.output
+    assert "5 segments -> 1" in result.output and "view v-" in result.output
     assert len(store._segments()) == 1
     assert Store(tmp_path).find().nonce(first.nonce).select() == before

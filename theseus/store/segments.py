@@ -35,7 +35,7 @@ from theseus.store.schema import INDEX_METADATA, KEYS_METADATA, SEGMENT_SCHEMA, 
 LOG = "log"
 SMALL_SEGMENT_ROWS = 4096
 _DICTIONARY = ["node", "parent", "writer", "key", "str"]
-_STATISTICS = ["seq", "stamp", "key", "float", "int", "bool"]
+_STATISTICS = ["seq", "stamp", "key"]
 
 
 def run_dir(root: str, name: str, nonce: str) -> str:
@@ -163,13 +163,19 @@ def list_runs(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", nonce: 
     log = f"{root}/{LOG}"
     runs = {}
     literal = not _is_glob(nonce)
+    access, exists = os.access, os.F_OK
     for name_dir in sorted(_matching(log, "name=", name, not _is_glob(name))):
-        base = f"{log}/{name_dir}"
-        for nonce_dir in sorted(_matching(base, "nonce=", nonce, literal)):
-            folder = f"{base}/{nonce_dir}"
-            paths = sorted(f"{folder}/{f}" for f in _scandir(folder) if f[0] != "." and f.endswith(".parquet"))
-            if paths:
-                runs[(name_dir[5:], nonce_dir[6:])] = paths
+        base = f"{log}/{name_dir}/"
+        if literal:  # one nonce: probe each name's folder for it (the common point query)
+            nonce_dirs = [f"nonce={nonce}"] if access(f"{base}nonce={nonce}", exists) else []
+        else:
+            nonce_dirs = sorted(_matching(base, "nonce=", nonce, False))
+        for nonce_dir in nonce_dirs:
+            folder = base + nonce_dir
+            files = [f for f in _scandir(folder) if f[0] != "." and f.endswith(".parquet")]
+            if files:
+                files.sort()
+                runs[(name_dir[5:], nonce_dir[6:])] = [f"{folder}/{f}" for f in files]
     return runs
 
 

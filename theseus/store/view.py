@@ -66,6 +66,7 @@ class View:
     run_keys: list[int]  # per run: its signature
     latest_records: dict[str, list]  # per run key (_job, _finished): per run [value, stamp, writer] or None
     meta: pq.FileMetaData | None = field(default=None, compare=False, repr=False)
+    file: pq.ParquetFile | None = field(default=None, compare=False, repr=False)  # local views only
 
     def keys(self, number: int) -> dict[str, str]:
         """The keys and types run ``number`` logged."""
@@ -108,8 +109,10 @@ def read_view(store: Store, path: str) -> View:
     """Parse a view's footer; a broken view is an error naming it (it can be deleted and rebuilt)."""
     try:
         if rootfs.is_local(store.fs):
-            meta = pq.read_metadata(path)
+            file = pq.ParquetFile(path)  # kept open: queries read row groups through it
+            meta = file.metadata
         else:
+            file = None
             with store.fs.open(path, "rb") as f:
                 meta = pq.read_metadata(f)
         raw = json.loads(meta.metadata[VIEW_METADATA])
@@ -127,6 +130,7 @@ def read_view(store: Store, path: str) -> View:
             run_keys=runs["keys"],
             latest_records={k: runs[k] for k in RUN_KEYS},
             meta=meta,
+            file=file,
         )
     except FileNotFoundError:
         raise
@@ -152,8 +156,8 @@ def scan_view(store: Store, view: View, numbers: list[int] | None = None, column
             columns = [c for c in columns if c not in ("name", "nonce")]
         groups = sorted({g for lo, hi in spans for g in range(np.searchsorted(starts, lo, "right") - 1,
                                                               np.searchsorted(starts, hi - 1, "right"))})
-        if rootfs.is_local(store.fs):
-            table = pq.ParquetFile(view.path, metadata=view.meta).read_row_groups(groups, columns, use_threads=False)
+        if view.file is not None:
+            table = view.file.read_row_groups(groups, columns, use_threads=False)
         else:
             with store.fs.open(view.path, "rb") as f:
                 table = pq.ParquetFile(f, metadata=view.meta).read_row_groups(groups, columns, use_threads=False)
@@ -208,7 +212,8 @@ def build_view(store: Store) -> str | None:
         index["nonce"].append(nonce)
         index["start"].append(index["start"][-1] + n)
         index["segments"].append([p.rsplit("/", 1)[-1] for p in paths])
-        index["stamp"].append(max(f.stamps[1] if f.stamps else 0 for f in footers[(name, nonce)]))
+        # a segment without a stamp range (no block index) makes the run never take segments on top
+        index["stamp"].append(max(f.stamps[1] if f.stamps else 2**63 - 1 for f in footers[(name, nonce)]))
         index["keys"].append(signatures.setdefault(signature, len(signatures)))
         for key in RUN_KEYS:
             index[key].append(list(folded.latest[key]) if key in folded.latest else None)

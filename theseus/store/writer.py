@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
 import numpy as np
@@ -28,10 +29,11 @@ _ARROW = {"float": pa.float64(), "int": pa.int64(), "bool": pa.bool_(), "str": p
 
 
 class Shape(NamedTuple):
-    """The keys of a record and the log type of each value."""
+    """The keys of a record, the log type of each value, and whether any is an int."""
 
     keys: tuple[str, ...]
     kinds: tuple[str, ...]
+    ints: bool = False
 
 
 _JOB = Shape((schema.JOB, schema.CONFIG, schema.STATUS), ("str", "str", "str"))
@@ -63,8 +65,7 @@ class Writer:
         self.store = store
         self.id = secrets.token_hex(4)
         self.flush_interval = flush_interval
-        self._pending: list[tuple[Node, int, Shape, tuple]] = []
-        self._lock = threading.Lock()
+        self._pending: list[tuple[Node, int, Shape, tuple]] = []  # only appended to, and cut from the front
         self._flush_lock = threading.Lock()
         self._known: dict[str, str] | None = None
         self._seen: dict[tuple, Shape] = {}  # (keys, python types) already validated -> shape
@@ -86,14 +87,9 @@ class Writer:
             # (keys, types) signature once, then only append
             vals = tuple(values.values())
             shape = self._seen.get((tuple(values), tuple(map(type, vals))))
-            if shape is not None and ("int" not in shape.kinds or all(
+            if shape is not None and (not shape.ints or all(
                     -(2**63) <= v < 2**63 for v, k in zip(vals, shape.kinds) if k == "int")):
-                stamp = time.time_ns()
-                with self._lock:
-                    if stamp <= self._last_stamp:
-                        stamp = self._last_stamp + 1
-                    self._last_stamp = stamp
-                    self._pending.append((node, stamp, shape, vals))
+                self._pending.append((node, time.time_ns(), shape, vals))  # atomic; stamps ordered at flush
                 return
         items = self._check_user(node, values)
         if items:
@@ -130,15 +126,15 @@ class Writer:
         """Publish every pending record; durable when this returns."""
         self._raise_background_error()
         with self._flush_lock:
-            with self._lock:
-                batch, self._pending = self._pending, []
+            pending = self._pending
+            batch = pending[:len(pending)]
             if not batch:
                 return
+            del pending[:len(batch)]  # records appended meanwhile stay for the next flush
             try:
                 self._publish(batch)
             except BaseException:
-                with self._lock:
-                    self._pending[:0] = batch
+                pending[:0] = batch
                 raise
 
     def close(self) -> None:
@@ -193,17 +189,11 @@ class Writer:
         return self._known
 
     def _shape(self, keys: tuple[str, ...], kinds: tuple[str, ...]) -> Shape:
-        shape = Shape(keys, kinds)
+        shape = Shape(keys, kinds, "int" in kinds)
         return self._shapes.setdefault(shape, shape)
 
-    def _stamp(self) -> int:
-        stamp = max(time.time_ns(), self._last_stamp + 1)
-        self._last_stamp = stamp
-        return stamp
-
     def _append(self, node: Node, shape: Shape, values: tuple) -> None:
-        with self._lock:
-            self._pending.append((node, self._stamp(), shape, values))
+        self._pending.append((node, time.time_ns(), shape, values))
 
     def _commit(self, node: Node, shape: Shape, values: tuple) -> None:
         self._append(self._check_node(node), shape, values)
@@ -226,30 +216,40 @@ class Writer:
             raise RuntimeError(f"background flush failed: {error}") from error
 
     def _publish(self, batch: list) -> None:
+        # write stamps strictly increase in record order across the writer's life:
+        # s[i] = max(clock[i], s[i - 1] + 1), as a running maximum of clock[i] - i
+        steps = np.arange(len(batch))
+        lifted = np.fromiter(map(itemgetter(1), batch), np.int64, len(batch)) - steps
+        lifted[0] = max(lifted[0], self._last_stamp + 1)
+        stamps = np.maximum.accumulate(lifted) + steps
         first = batch[0][0]
         if all(r[0].nonce == first.nonce and r[0].name == first.name for r in batch):
-            runs = {(first.name, first.nonce): batch}
+            runs = {(first.name, first.nonce): (batch, stamps)}
         else:
-            runs = {}
-            for record in batch:
-                runs.setdefault((record[0].name, record[0].nonce), []).append(record)
+            where: dict[tuple[str, str], list[int]] = {}
+            for i, record in enumerate(batch):
+                where.setdefault((record[0].name, record[0].nonce), []).append(i)
+            runs = {run: ([batch[i] for i in ix], stamps[ix]) for run, ix in where.items()}
         fs, root = self.store.fs, self.store.path()
-        for (name, nonce), records in runs.items():
-            table, keys, index = build_segment(records, self.id)
-            self._counter += 1
-            path = f"{run_dir(root, name, nonce)}/{segment_name(records[-1][1], self.id, self._counter)}"
+        for (name, nonce), (records, run_stamps) in runs.items():
+            table, keys, index = build_segment(records, self.id, run_stamps)
+            self._counter += 1  # before publishing: a retried flush never reuses a name
+            path = f"{run_dir(root, name, nonce)}/{segment_name(int(run_stamps[-1]), self.id, self._counter)}"
             rootfs.publish(fs, path, encode(table, keys, index))
+        self._last_stamp = int(stamps[-1])
 
 
-def build_segment(records: list, writer: str) -> tuple[pa.Table, dict[str, str], dict]:
+def build_segment(records: list, writer: str, stamps: np.ndarray | None = None) -> tuple[pa.Table, dict[str, str], dict]:
     """Columns, ``{key: type}`` and block index of one run's records ``(node, stamp, shape, values)``.
+
+    ``stamps`` replaces the records' own stamps (the writer's, made strictly increasing).
 
     Rows are key-major (each key's rows contiguous, ordered by seq then write
     order), so a reader slices a key without grouping. Node ids, parents, keys
     and the writer id are dictionary arrays over the distinct values.
 
     >>> n = Node("doc", "949e88", 0)
-    >>> s = Shape(("a", "b"), ("float", "int"))
+    >>> s = Shape(("a", "b"), ("float", "int"), True)
     >>> table, keys, index = build_segment([(n, 7, s, (1.5, 2)), (n.next(), 8, s, (2.5, 3))], "w1")
     >>> table["float"].to_pylist(), table["int"].to_pylist(), keys
     ([1.5, 2.5, None, None], [None, None, 2, 3], {'a': 'float', 'b': 'int'})
@@ -257,13 +257,14 @@ def build_segment(records: list, writer: str) -> tuple[pa.Table, dict[str, str],
     [2, 4, 0, 1, 2, ['int']]
     """
     n = len(records)
-    nodes = [r[0] for r in records]
-    ids = pa.array([x.id for x in nodes], pa.string())
-    parent_list = [x.parent for x in nodes]
-    has_parent = np.fromiter((p is not None for p in parent_list), bool, n)
-    parents = pa.array([p or "" for p in parent_list], pa.string())
-    seqs = np.fromiter((x.seq for x in nodes), np.int64, n)
-    stamps = np.fromiter((r[1] for r in records), np.int64, n)
+    nodes = list(map(itemgetter(0), records))
+    ids = pa.array(list(map(attrgetter("id"), nodes)), pa.string())
+    parents = pa.array(list(map(attrgetter("parent"), nodes)), pa.string())
+    has_parent = parents.is_valid().to_numpy(zero_copy_only=False)
+    parents = parents.fill_null("")
+    seqs = np.fromiter(map(attrgetter("seq"), nodes), np.int64, n)
+    if stamps is None:
+        stamps = np.fromiter(map(itemgetter(1), records), np.int64, n)
 
     first = records[0][2]
     if all(r[2] is first for r in records):
