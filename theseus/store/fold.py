@@ -83,8 +83,7 @@ def fold_run(
     for key, found in blocks_of.items():
         for seg, block in found:
             stamps = ("stamp", "writer") if overlap[key] or key in latest else ()
-            seq = () if block.exact and not overlap[key] else ("seq",)
-            seg.need(block, (*seq, *block.columns, *stamps))
+            seg.need(block, ("seq", *block.columns, *stamps))
     for seg in data:
         if rows is None and not all(b.dense for b in seg.footer.blocks.values()):
             seg.need(None, ("seq",))
@@ -208,8 +207,7 @@ def _fold_key(blocks: list[tuple[_Segment, Block]], kind: str, overlap: bool) ->
     """``(seqs, values)`` of one key: the latest value of each seq, seqs ascending."""
     if not blocks:
         return np.empty(0, np.int64), pa.nulls(0, ARROW[kind])
-    seqs = [np.arange(b.seq_min, b.seq_max + 1, dtype=np.int64) if b.exact else s.column("seq", b).to_numpy()
-            for s, b in blocks]
+    seqs = [s.column("seq", b).to_numpy() for s, b in blocks]
     values = [_values(s, b, kind) for s, b in blocks]
     seq = seqs[0] if len(seqs) == 1 else np.concatenate(seqs)
     value = values[0] if len(values) == 1 else pa.concat_arrays(values)

@@ -71,11 +71,6 @@ class Block(NamedTuple):
         """True when the block holds every seq from seq_min to seq_max, each once or more."""
         return self.distinct == self.seq_max - self.seq_min + 1
 
-    @property
-    def exact(self) -> bool:
-        """True when the block's seqs are exactly seq_min, seq_min + 1, ..., seq_max (no need to read them)."""
-        return self.dense and self.distinct == self.stop - self.start
-
 
 def encode(table: pa.Table, keys: dict[str, str], index: dict) -> bytes:
     """Serialise one segment: the fixed columns plus its keys and block index in the footer.
