@@ -13,7 +13,8 @@
    Goal: theseus <= 1/100 of MLflow's time and <= 1/2 of Aim's.
 3. 1,000 runs x 1,000 steps x 8 keys, written through the public writer (5 flushes per
    run, as a live run would), cached under ``--cache`` and reused; the same rows also go
-   to ONE wide Parquet file (name, nonce, seq, 8 keys) for raw Polars.
+   to ONE wide Parquet file (name, nonce, seq, 8 keys) for raw Polars. ``store.compact()``
+   (cached too) merges each run's segments and writes the folded view.
    a. point query: ``find().nonce(x).where("train/tokens", "<=", 700_000)
       .sort("train/loss").select(keys=["train/loss", "train/tokens"])`` vs
       ``pl.scan_parquet(wide).filter(nonce == x, tokens <= 700_000).sort(loss)
@@ -506,7 +507,37 @@ against raw Polars on one wide Parquet file, all in one run (issue 2's figures):
 Every result is checked against the others before timing. Times are medians of 5
 repetitions (3 for the top-10) interleaving the contenders. Ratios are theseus / peer:
 for ingest higher is better, for times lower is better. The machine has 2 cores shared
-with other jobs, so single figures move by 1.5-2x between runs (disk-bound ones most).
+with other jobs, so single figures move by 1.5-2x between runs (disk-bound ones most);
+ratios measured in one run are what count.
+
+How theseus gets there (details in the docstrings of `theseus/store`):
+
+- *Ingest*: `write()` checks a record's shape (keys and value types) once per writer, then
+  only appends `(node, stamp, shape, values)` to a list; a flush builds each run's columns in
+  one vectorized pass. Segments are key-major: each key's rows are contiguous, in (seq, stamp,
+  writer) order, and a footer index (`theseus.index`) says where. Node ids go to Parquet as
+  dictionary arrays; float values are stored plain (they hardly compress).
+- *History*: a run is folded from its segments' key blocks with pyarrow and numpy, reading
+  only the asked keys' columns. Records are merged by write stamp only where two segments
+  hold the same seq of a key, which the footers' seq ranges rule out for a run written in
+  order; no group-by or join over the run.
+- *Queries after compaction*: `compact()` also writes a **view**,
+  `view/v-<stamp>-<writer>.parquet`: the folded log, one row per node (name, nonce, seq,
+  parent, `_written`, `_run`, a column per key), sorted by name, nonce and seq, 16,384-row
+  groups. Its footer records per run the log segments it folded, their highest write stamp,
+  the run's key types and its latest `_job`/`_finished` records. A query reads a run from the
+  newest view when the run's segments are exactly those (or when its other segments are all
+  newer: they are folded on top), and from the log otherwise. A point query reads the run's
+  row group with the cached footer; the top-10 is one Polars scan of the view (projection
+  pushdown, a stable top-k over one column, ties in the default order). Reading 1,000
+  per-run files could never reach raw Polars on one file; the view is what makes it one file.
+  The log stays the source of truth: a view is derived from it alone, immutable (a unique
+  name, atomic publish), older views are deleted only after a newer one is published (readers
+  that lose the race retry), and deleting every view loses nothing (`theseus compact`
+  rebuilds one). `scan_parquet("<root>/log/**/*.parquet", hive_partitioning=True)` still
+  reads the log, which is all `theseus audit` needs.
+- *Commits*: one record, one segment, `fsync` of the file and of its folder. Both are needed
+  for a durable rename, so the latency is the disk's: two journal commits.
 
     uv run --group bench python bench/store_bench.py            # ~3 min with the grid cached (+~3 min to build it once)
     uv run --group bench python bench/store_bench.py --quick    # ~1 min: 2k-step ingest, 100-run grid
@@ -517,10 +548,10 @@ with other jobs, so single figures move by 1.5-2x between runs (disk-bound ones 
 def write_readme(path: Path, header: str) -> None:
     block = f"{START}\n{header}\n\n{table()}\n{END}"
     text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if START in text and END in text:
-        before, rest = text.split(START, 1)
+    if "## Store" in text and START in text and END in text:  # the intro and the table, refreshed
+        before, rest = text.split("## Store", 1)
         after = rest.split(END, 1)[1]
-        text = before + block + after
+        text = before + README_INTRO + "\n" + block + after
     elif "## Store" in text:
         head, tail = text.split("## Store", 1)
         nxt = tail.find("\n## ")

@@ -177,3 +177,20 @@ def test_a_big_segment_of_many_shapes(tmp_path):
     rows = Store(tmp_path).find().nonce(a.nonce).select(keys=["k3", "k7"])
     assert rows == [{"k3": i * 10 + 3.0, "k7": i * 10 + 7.0} for i in range(700)]
     assert Store(tmp_path).record(a.next())["k1"] == 11.0
+
+
+def test_a_query_over_many_runs_scans_the_view(root):
+    """More than a few runs: the view is scanned with pushdown (locally and on gs://)."""
+    store = Store(root)
+    nodes = [Node.start(f"proj.many.r{i:02d}") for i in range(10)]
+    with store.writer() as w:
+        for i, n in enumerate(nodes):
+            for step in range(3):
+                w.write(n, {"loss": 10.0 * i + step, "tokens": step})
+                n = n.next()
+    before = store.find().where("tokens", ">=", 1).sort("loss", ascending=False).limit(4).select(keys=["loss"])
+    store.compact()
+    fresh = Store(root)
+    assert fresh.find().where("tokens", ">=", 1).sort("loss", ascending=False).limit(4).select(keys=["loss"]) == before
+    assert before == [{"loss": 92.0}, {"loss": 91.0}, {"loss": 82.0}, {"loss": 81.0}]
+    assert len(fresh.find().spec(project="proj", group="many").all()) == 30
