@@ -148,13 +148,13 @@ class Node:
 
     def next(self) -> Node:
         """The following moment of the same lineage."""
-        # name, nonce and parent id are already valid: skip __post_init__'s re-validation,
-        # which costs a regex per name part and a base64 decode of the parent id per step
+        # called once per training step: name, nonce and parent id are already valid, so skip
+        # __post_init__'s re-validation (a regex per name part, a base64 decode of the parent)
         own = self.__dict__
         parent = own.get("id")
         if parent is None:  # what the cached ``id`` property stores, without its lock
-            parent = own["id"] = encode_id(self.name, self.nonce, self.seq)
+            parent = own["id"] = encode_id(own["name"], own["nonce"], own["seq"])
         node = object.__new__(Node)
         fields = node.__dict__
-        fields["name"], fields["nonce"], fields["seq"], fields["parent"] = self.name, self.nonce, self.seq + 1, parent
+        fields["name"], fields["nonce"], fields["seq"], fields["parent"] = own["name"], own["nonce"], own["seq"] + 1, parent
         return node
