@@ -10,9 +10,9 @@ ROWS, BLOCK = 8, 32
 TOKENS_PER_STEP = ROWS * BLOCK
 
 
-def tiny_config(steps: int, checkpoint_interval: int = 4) -> dict:
-    """The trainer tests' tiny GPT (2 layers, 32 wide), ``steps`` steps, a report every step."""
-    return config(training={"tokens": TOKENS_PER_STEP * steps},
+def tiny_config(steps: int, checkpoint_interval: int = 4, layers: int = 2) -> dict:
+    """The trainer tests' tiny GPT (``layers`` layers, 32 wide), ``steps`` steps, a report every step."""
+    return config(architecture={"n_layers": layers}, training={"tokens": TOKENS_PER_STEP * steps},
                   logging={"report_interval": 1, "checkpoint_interval": checkpoint_interval,
                            "validation_interval": 100})
 
@@ -23,13 +23,14 @@ def set_config(q, cfg: dict) -> None:
             setattr(q.config[section], key, value)
 
 
-def train_run(root: str, steps: int = 8, checkpoint_interval: int = 4, with_data: bool = True) -> str:
+def train_run(root: str, steps: int = 8, checkpoint_interval: int = 4, layers: int = 2,
+              with_data: bool = True) -> str:
     """Write the synthetic dataset (optionally) and train a fresh run of ``steps`` steps; its nonce."""
     if with_data:
         write_dataset(root)
     with quick(root) as q:
         q.build("gpt/train/pretrain", "train-gpt")
-        set_config(q, tiny_config(steps, checkpoint_interval))
+        set_config(q, tiny_config(steps, checkpoint_interval, layers))
         job = q.create()
         job()
     return job.node.nonce

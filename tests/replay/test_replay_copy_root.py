@@ -16,6 +16,8 @@ import yaml
 from tests.conftest import gcs_bucket_root
 from tests.replay._replay_helpers import continue_run, set_config, train_run
 from theseus.quick import quick
+from theseus.replay.verify import verify
+from theseus.store import Store
 
 STEPS, MORE = 8, 12  # train 8 steps (checkpoints at 4 and 8), then continue the same lineage to 12
 
@@ -26,7 +28,8 @@ def original(tmp_path_factory):
     continuation in the original place: (original, snapshot, nonce, (losses, params hash, state hash))."""
     base = tmp_path_factory.mktemp("copy-root")
     orig, snapshot = str(base / "orig"), str(base / "snapshot")
-    nonce = train_run(orig, steps=STEPS, checkpoint_interval=STEPS)  # one checkpoint: fewer files to copy
+    # one layer, one checkpoint: few files, since the GCS emulator takes ~0.5 s per object
+    nonce = train_run(orig, steps=STEPS, checkpoint_interval=STEPS, layers=1)
     shutil.copytree(orig, snapshot)
     reference = continue_run(orig, nonce, MORE)
     assert sorted(reference[0]) == list(range(STEPS + 1, MORE + 1))
@@ -50,6 +53,9 @@ def test_cp_r_to_another_absolute_path_continues_bitwise(original, tmp_path):
         os.rename(away, orig)
     assert losses == reference[0]  # every continued loss, bitwise
     assert (params, state) == reference[1:]  # every parameter and optimizer leaf, bitwise
+    # `theseus verify` of the copy: the resumed job's config (12 steps) replays seqs 9..12 bitwise
+    tip = Store(there).find().nonce(nonce).seq(STEPS).first()
+    assert verify(there, tip.id, steps=MORE - STEPS).status == "bitwise"
 
 
 @pytest.mark.slow
@@ -68,10 +74,11 @@ def test_root_through_gcs_and_back_and_training_on_gcs(original, gcs_emulator, t
 
     assert continue_run(back, nonce, MORE) == reference  # resumed from the copy: bitwise
     assert continue_run(gs_root, nonce, MORE) == reference  # resumed and trained ON gs://: bitwise
-    # the continued run's checkpoint landed on gs:// and is referenced relatively
-    from theseus.store import Store
-
     store = Store(gs_root)
+    tip = store.find().nonce(nonce).seq(STEPS).first()
+    verdict = verify(gs_root, tip.id, steps=MORE - STEPS)  # `theseus verify` on a gs:// root
+    assert verdict.status == "bitwise" and verdict.replayed == reference[0]
+    # the continued run's checkpoint landed on gs:// and is referenced relatively
     last = store.find().nonce(nonce).checkpoint().last()
     assert last.seq == MORE and store.record(last)["_checkpoint"] == f"objects/{last.id}"
     fs.invalidate_cache()

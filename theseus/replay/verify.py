@@ -23,7 +23,7 @@ import fsspec
 import jax
 
 from theseus.store import EmptyResult, Node, Store
-from theseus.store.schema import CHECKPOINT
+from theseus.store.schema import CHECKPOINT, CONFIG
 
 LOSS = "train/loss"
 
@@ -173,11 +173,21 @@ def logged_losses(store: Store, node: Node) -> dict[int, float]:
     return {int(s): float(v) for s, v in zip(rows["seq"], rows[LOSS]) if s > node.seq}
 
 
+def _config_after(store: Store, node: Node) -> str | None:
+    """The config YAML recorded at ``node.next()`` (where a job resumed from ``node`` starts), if any."""
+    try:
+        return store.record(node.next()).get(CONFIG) or None
+    except EmptyResult:
+        return None
+
+
 def verify(store: Store | str, node: str | Node, steps: int, rtol: float = 1e-5, atol: float = 0.0,
            log: Any = None) -> Verification:
     """Restore ``node``'s checkpoint, replay ``steps`` steps and compare with the logged losses.
 
-    The trainer is built from the checkpoint's own ``config.yaml`` and restored exactly
+    The trainer is built from the config of the job that ran the steps after the node (the
+    config recorded at seq + 1 when a job was resumed there, e.g. with a larger token
+    budget; else the checkpoint's own ``config.yaml``) and restored exactly
     (``partial=False``) on this machine's devices; nothing is written to the root.
     Bad input (malformed or unknown node, no checkpoint, ``steps`` < 1 or past the end
     of the run, no logged loss in range) is a ValueError.
@@ -198,8 +208,10 @@ def verify(store: Store | str, node: str | Node, steps: int, rtol: float = 1e-5,
     node, folder = checkpoint_of(store, node)
     logged = logged_losses(store, node)
     # peak_flops NaN: no CPU peak is measured (or cached into the root) for a replay
-    with fsspec.open(f"{folder}/{CONFIG_FILE}", "r") as f:
-        config = f.read()
+    config = _config_after(store, node)
+    if config is None:
+        with fsspec.open(f"{folder}/{CONFIG_FILE}", "r") as f:
+            config = f.read()
     trainer = Trainer(config, store.root, log=log or logger,
                       peak_flops=float("nan"), progress=False)
     try:
