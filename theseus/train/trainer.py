@@ -48,6 +48,7 @@ from theseus.data.loader import Loader
 from theseus.data.store import open_dataset
 from theseus.model.debug import DebugResult, capture, find_modules, normalize_path
 from theseus.model.gpt import GPT, count_params
+from theseus.model.layers.mlp import MLP
 from theseus.train import autobatch, mfu
 from theseus.train import checkpoint as ckpt
 from theseus.train.config import gpt_config, load_config, to_yaml
@@ -822,7 +823,8 @@ class Trainer:
         parameters, callable eagerly (``layer.c_fc(inputs.x)``, ``layer(**inputs)``,
         bitwise equal to the captured ``result.output``). ``layer.close()`` frees it;
         ``with trainer.debug(...) as (layer, inputs):`` too. Without ``path``: the
-        first path of the last ``find``.
+        first path of the last ``find``, or the first MLP when nothing was found yet
+        (as the seed's walkthrough calls it on a fresh trainer).
 
         >>> from theseus.model.layers.mlp import MLP
         >>> root, config = tiny_example()
@@ -833,10 +835,8 @@ class Trainer:
         (4, 16, 128)
         """
         if path is None:
-            if not self._last_find:
-                raise ValueError("no path given and no previous find(): call trainer.find(ModuleType) first "
-                                 "or pass a path like ('blocks_0', 'mlp')")
-            path = self._last_find[0]
+            path = (self._last_find or self.find(MLP))[0]
+            self.log.info(f"debug: no path given, using {'/'.join(path)}")
         path = normalize_path(path)
         if not 0 <= micro < self.accumulation:
             raise ValueError(f"micro must be in [0, {self.accumulation}), got {micro}")
