@@ -95,3 +95,22 @@ def test_bad_config_fails_before_anything_is_written(tmp_path):
         with pytest.raises(Exception, match="batch_sise"):
             q.config.training.batch_sise = 3
     assert store.find().all() == []
+
+
+def test_ticking_a_created_job_starts_its_lineage_with_the_job_record(run, tmp_path):
+    root, _, _ = run
+    cfg = config(training={"tokens": 8 * 32 * 4}, logging={"report_interval": 1, "checkpoint_interval": 4,
+                                                            "validation_interval": 4})
+    with quick(root) as q:
+        q.build("gpt/train/pretrain", "ticked")
+        for section, values in cfg.items():
+            for key, value in values.items():
+                setattr(q.config[section], key, value)
+        job = q.create()
+        assert job.tick().seq == 1 and job.tick().seq == 2
+        job.close()
+    store = Store(root)
+    nodes = store.find().nonce(job.node.nonce).all()
+    assert [n.seq for n in nodes] == [0, 1, 2]
+    assert store.find().nonce(job.node.nonce).job("gpt/train/pretrain").all()  # the job record at seq 0
+    assert [n.seq for n in store.find().nonce(job.node.nonce).has("train/loss").all()] == [1, 2]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from theseus import config as configs
 from theseus.jobs import Job, _NullWriter, job
 from theseus.store import Node
 from theseus.train.config import PretrainConfig
@@ -40,6 +41,7 @@ class Pretrain(Job):
                     "committed checkpoint; query with .checkpoint() to pick one that has"
                 )
         self.primary = jax.process_index() == 0
+        self._ticked = False
         self.trainer = Trainer(
             self.config,
             self.store.root,
@@ -110,6 +112,9 @@ class Pretrain(Job):
             with (self.store.writer() if self.primary else _NullWriter()) as w:  # only process 0 writes records
                 self.writer = w
                 try:
+                    if not self._ran and not self._ticked:  # a created job ticked before it ran: its lineage
+                        w.job(self.node, self.key, configs.to_yaml(self.config))  # starts with the job record, as in job()
+                    self._ticked = True
                     self.trainer.tick()
                     self.trainer.wait()
                 finally:
