@@ -12,15 +12,20 @@ from theseus.quick import quick
 from theseus.store import EmptyResult, Store
 
 
-def train(root, steps=8, **logging):
+def create(q, run_name, steps, **logging):
+    """A pretrain job of ``steps`` tiny steps built in the session ``q``."""
     cfg = config(training={"tokens": 8 * 32 * steps}, logging={"report_interval": 1, "checkpoint_interval": 4,
                                                                "validation_interval": 4, **logging})
+    q.build("gpt/train/pretrain", run_name)
+    for section, values in cfg.items():
+        for key, value in values.items():
+            setattr(q.config[section], key, value)
+    return q.create()
+
+
+def train(root, steps=8, **logging):
     with quick(root) as q:
-        q.build("gpt/train/pretrain", "train-gpt")
-        for section, values in cfg.items():
-            for key, value in values.items():
-                setattr(q.config[section], key, value)
-        job = q.create()
+        job = create(q, "train-gpt", steps, **logging)
         first = job.node
         last = job()
     return first, last
@@ -99,14 +104,8 @@ def test_bad_config_fails_before_anything_is_written(tmp_path):
 
 def test_ticking_a_created_job_starts_its_lineage_with_the_job_record(run, tmp_path):
     root, _, _ = run
-    cfg = config(training={"tokens": 8 * 32 * 4}, logging={"report_interval": 1, "checkpoint_interval": 4,
-                                                            "validation_interval": 4})
     with quick(root) as q:
-        q.build("gpt/train/pretrain", "ticked")
-        for section, values in cfg.items():
-            for key, value in values.items():
-                setattr(q.config[section], key, value)
-        job = q.create()
+        job = create(q, "ticked", 4)
         assert job.tick().seq == 1 and job.tick().seq == 2
         job.close()
     store = Store(root)
