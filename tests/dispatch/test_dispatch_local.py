@@ -172,7 +172,10 @@ def test_a_launch_past_its_deadline_is_stopped_and_recorded(tmp_path):
     nonce = store.runs()["nonce"][0]
     record = store.run_record(nonce)
     assert record["_status"] == "failed"
-    assert "signal 15" in record["_error"] and "deadline" in record["_error"], record["_error"]
+    # The worker records its own SIGTERM; if it cannot within the 15 s grace (a loaded
+    # machine, a peer already gone mid-collective), the supervisor records the SIGKILL.
+    assert "deadline" in record["_error"], record["_error"]
+    assert "signal 15" in record["_error"] or "killed by signal 9" in record["_error"], record["_error"]
     shown = CliRunner().invoke(app, ["logs", root, nonce])
     assert shown.output.count("deadline of 25 s passed") == 2  # both processes stopped
 
