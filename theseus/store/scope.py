@@ -27,12 +27,8 @@ if TYPE_CHECKING:
 class Scope:
     """The segments of the runs matching a name and nonce glob, and the newest view.
 
-    >>> import tempfile
-    >>> from theseus.store import Store, Node
-    >>> store = Store(tempfile.mkdtemp())
-    >>> n = Node.start("doc")
-    >>> with store.writer() as w:
-    ...     w.write(n, {"loss": 1.5})
+    >>> from theseus.store.store import _doc_store
+    >>> store, n = _doc_store()
     >>> scope = Scope(store, nonce=n.nonce)
     >>> scope.types()
     {'loss': 'float'}

@@ -135,3 +135,18 @@ class Store:
         if path not in self._views:
             self._views = {path: read_view(self, path)}  # older views are retired: forget them
         return self._views[path]
+
+
+def _doc_store() -> tuple[Store, Node]:
+    """A new temporary store holding one node with ``loss`` 1.5 (for docstring examples).
+
+    >>> store, n = _doc_store()
+    >>> store.record(n)["loss"]
+    1.5
+    """
+    import tempfile
+
+    store, node = Store(tempfile.mkdtemp()), Node.start("doc")
+    with store.writer() as w:
+        w.write(node, {"loss": 1.5})
+    return store, node

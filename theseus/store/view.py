@@ -183,12 +183,8 @@ def build_view(store: Store) -> str | None:
 
     Returns the new view's path (None for an empty log).
 
-    >>> import tempfile
-    >>> from theseus.store import Store, Node
-    >>> store = Store(tempfile.mkdtemp())
-    >>> n = Node.start("doc")
-    >>> with store.writer() as w:
-    ...     w.write(n, {"loss": 1.5})
+    >>> from theseus.store.store import _doc_store
+    >>> store, n = _doc_store()
     >>> path = build_view(store)
     >>> view = read_view(store, path)
     >>> view.types, list(view.runs), view.starts
