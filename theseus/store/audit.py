@@ -44,7 +44,8 @@ import yaml
 from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.node import check_nonce, decode_id, encode_id
-from theseus.store.reader import empty_frame, latest_records, scan
+from theseus.store.fold import node_ids
+from theseus.store.reader import empty_frame, latest_records, scan, value_expr
 from theseus.store.segments import list_segments
 
 __all__ = ["AuditReport", "Change", "CheckpointAudit", "GcReport", "Problem", "Resume", "RunAudit", "audit", "flatten", "gc"]
@@ -425,21 +426,14 @@ def _workers(fs, tasks: int) -> int:
     return max(1, min(limit, tasks))
 
 
-def _b64(text: pl.Expr) -> pl.Expr:
-    """URL-safe base64 without padding (node ids), as a Polars expression."""
-    encoded = text.str.encode("base64").str.replace_all("+", "-", literal=True).str.replace_all("/", "_", literal=True)
-    return encoded.str.strip_chars_end("=")
-
-
 def _nodes(log: pl.DataFrame) -> pl.DataFrame:
     """One row per node: identity, last write, and the ids its identity implies (itself, seq - 1)."""
     nodes = log.group_by("node").agg(
         pl.col("name").first(), pl.col("nonce").first(), pl.col("seq").first(),
         pl.col("parent").drop_nulls().first(), pl.col("stamp").max().alias("written"),
     )
-    def ident(seq: pl.Expr) -> pl.Expr:
-        return _b64(pl.concat_str([pl.col("name"), pl.col("nonce"), seq.cast(pl.String)], separator=":"))
-    return nodes.with_columns(ident(pl.col("seq")).alias("expected"), ident(pl.col("seq") - 1).alias("previous"))
+    name, nonce, seq = pl.col("name"), pl.col("nonce"), pl.col("seq")
+    return nodes.with_columns(node_ids(name, nonce, seq).alias("expected"), node_ids(name, nonce, seq - 1).alias("previous"))
 
 
 def _identity_problems(nodes: pl.DataFrame) -> list[Problem]:
@@ -458,9 +452,7 @@ def _identity_problems(nodes: pl.DataFrame) -> list[Problem]:
 def _reserved(log: pl.DataFrame) -> list[dict]:
     """The latest reserved record per (node, key), oldest first: node, seq, stamp, key, value."""
     reserved = latest_records(log.lazy().filter(pl.col("key").str.starts_with("_")))
-    value = pl.coalesce(pl.col("str"), pl.col("bool").cast(pl.String), pl.col("int").cast(pl.String),
-                        pl.col("float").cast(pl.String))
-    frame = reserved.select("node", "name", "nonce", "seq", "stamp", "writer", "key", value.alias("value"))
+    frame = reserved.select("node", "name", "nonce", "seq", "stamp", "writer", "key", value_expr("str").alias("value"))
     return frame.sort("stamp", "writer").collect().to_dicts()
 
 
