@@ -47,12 +47,11 @@ class Scope:
             number = view.runs.get(run) if view is not None else None
             if number is None:
                 continue
-            covered = view.segments[number]
-            if len(paths) == len(covered) and all(p.endswith(f"/{c}") for p, c in zip(paths, covered)):
-                self.in_view[run] = number  # both sorted: the very segments the view folded
+            if view.covers(run, paths):
+                self.in_view[run] = number
                 continue
             names = {p.rsplit("/", 1)[-1] for p in paths}
-            covered = set(covered)
+            covered = set(view.segments[number])
             if covered < names:
                 newer = [p for p in paths if p.rsplit("/", 1)[-1] not in covered]
                 if all(f.stamps and f.stamps[0] > view.stamps[number] for f in store._footers.footers(newer)):

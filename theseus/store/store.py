@@ -11,8 +11,9 @@ from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.compact import compact
 from theseus.store.cursor import Cursor, EmptyResult
+from theseus.store.fold import WRITTEN
 from theseus.store.node import Node, decode_id
-from theseus.store.reader import WRITTEN, latest_value, scan
+from theseus.store.reader import latest_value, scan
 from theseus.store.scope import Scope
 from theseus.store.segments import FooterCache, list_runs, list_segments
 from theseus.store.view import View, build_view, list_views, read_view
@@ -115,8 +116,7 @@ class Store:
         merged = compact(self, name, nonce)
         view = self._view()
         runs = self._runs()
-        if view is None or set(view.runs) != set(runs) or any(
-                set(view.segments[view.runs[run]]) != {p.rsplit("/", 1)[-1] for p in paths} for run, paths in runs.items()):
+        if view is None or len(view.runs) != len(runs) or not all(view.covers(run, paths) for run, paths in runs.items()):
             build_view(self)
         return merged
 

@@ -72,6 +72,14 @@ class View:
         """The keys and types run ``number`` logged."""
         return self.signatures[self.run_keys[number]]
 
+    def covers(self, run: tuple[str, str], paths: list[str]) -> bool:
+        """True when ``paths`` (sorted) are exactly the segments the view folded for ``run``."""
+        number = self.runs.get(run)
+        if number is None:
+            return False
+        covered = self.segments[number]
+        return len(paths) == len(covered) and all(p.endswith(f"/{c}") for p, c in zip(paths, covered))
+
     def latest(self, number: int) -> dict[str, tuple]:
         """``{"_job"/"_finished": (value, stamp, writer)}`` of run ``number``'s latest such records."""
         return {k: tuple(v[number]) for k, v in self.latest_records.items() if v[number] is not None}
