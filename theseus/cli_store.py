@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from theseus.store import EmptyResult, Node, Store
-from theseus.store.reader import WRITTEN
+from theseus.store.fold import WRITTEN
 from theseus.store.view import list_views
 
 

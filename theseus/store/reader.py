@@ -11,7 +11,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
-from theseus.store.fold import WRITTEN  # noqa: F401 - the CLI reads it from here
 from theseus.store.schema import SEGMENT_SCHEMA
 from theseus.store.segments import CorruptSegment, partition_of
 

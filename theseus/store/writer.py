@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from theseus.store import fs as rootfs
 from theseus.store import schema
+from theseus.store.fold import ARROW
 from theseus.store.node import Node
 from theseus.store.segments import encode, run_dir, segment_name
 
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from theseus.store.store import Store
 
 _PYTYPE = {float: "float", int: "int", bool: "bool", str: "str"}
-_ARROW = {"float": pa.float64(), "int": pa.int64(), "bool": pa.bool_(), "str": pa.string()}
 
 
 class Shape(NamedTuple):
@@ -277,9 +277,9 @@ def build_segment(records: list, writer: str, stamps: np.ndarray | None = None) 
     chunks: dict[str, list[tuple[np.ndarray, str, pa.Array]]] = {}
     for shape, where, rows in groups:
         for key, kind, column in zip(shape.keys, shape.kinds, zip(*[r[3] for r in rows])):
-            chunks.setdefault(key, []).append((where, kind, pa.array(column, _ARROW[kind])))
+            chunks.setdefault(key, []).append((where, kind, pa.array(column, ARROW[kind])))
 
-    rows_of, columns = [], {t: [] for t in _ARROW}
+    rows_of, columns = [], {t: [] for t in ARROW}
     keys: dict[str, str] = {}
     blocks = {}
     start = 0
@@ -291,7 +291,7 @@ def build_segment(records: list, writer: str, stamps: np.ndarray | None = None) 
             order = np.lexsort((where, seq))  # by seq, then write order (= stamp order)
             where, seq = where[order], seq[order]
         used = sorted({p[1] for p in parts}, key=schema.TYPES.index)
-        for kind, arrow_type in _ARROW.items():
+        for kind, arrow_type in ARROW.items():
             if kind not in used:
                 columns[kind].append(pa.nulls(len(where), arrow_type))
                 continue
@@ -317,7 +317,7 @@ def build_segment(records: list, writer: str, stamps: np.ndarray | None = None) 
             pa.array(stamps[rows]),
             pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(rows), np.int32)), pa.array([writer])),
             pa.DictionaryArray.from_arrays(pa.array(key_codes), pa.array(list(blocks))),
-            *[pa.chunked_array(columns[t], _ARROW[t]) for t in _ARROW],
+            *[pa.chunked_array(columns[t], ARROW[t]) for t in ARROW],
         ],
         names=list(schema.SEGMENT_SCHEMA.names),
     )
