@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import shlex
 import subprocess
 import sys
@@ -39,6 +38,7 @@ import time
 from typing import IO, Any
 
 from theseus.dispatch.ssh import (
+    FREE_PORT,
     HostUnreachable,
     Launched,
     LaunchFailed,
@@ -46,14 +46,13 @@ from theseus.dispatch.ssh import (
     absolute,
     device_env,
     exports,
-    ship_files,
+    new_stage,
+    require_host,
+    ship,
     stage_files,
 )
 
 __all__ = ["Login", "launch_slurm", "sbatch_script", "job_state"]
-
-_FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
-
 
 def sbatch_script(spec: Any, placement: Any, stage: str | None = None, uv: str | None = None) -> str:
     """The sbatch script of ``spec`` on the placement's SLURM host; its files live in ``stage``
@@ -71,9 +70,7 @@ def sbatch_script(spec: Any, placement: Any, stage: str | None = None, uv: str |
     srun --kill-on-bad-exit=1 --label bash /scratch/launches/abcdef/bootstrap.sh
     """
     host = placement.host
-    if getattr(host, "type", None) != "slurm":
-        raise ValueError(f"sbatch_script needs a slurm host, got {getattr(host, 'type', type(host).__name__)!r} "
-                         f"host {getattr(host, 'name', host)!r}")
+    require_host(host, "slurm", "sbatch_script needs a slurm host")
     nodes, n = placement.nodes, placement.processes
     if nodes < 1 or n % nodes:
         raise ValueError(f"slurm host {host.name!r}: {n} processes do not split evenly over {nodes} nodes")
@@ -95,7 +92,7 @@ def sbatch_script(spec: Any, placement: Any, stage: str | None = None, uv: str |
     head = "127.0.0.1" if nodes == 1 else '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
     lines = ["#!/bin/bash", *(f"#SBATCH {o}" for o in options), "set -uo pipefail",
              *exports(env, uv),
-             f"port=$(python3 -c {q(_FREE_PORT)} 2>/dev/null || echo $((20000 + SLURM_JOB_ID % 20000)))",
+             f"port=$(python3 -c {q(FREE_PORT)} 2>/dev/null || echo $((20000 + SLURM_JOB_ID % 20000)))",
              f'export THESEUS_COORDINATOR="{head}:$port"',
              'export THESEUS_NUM_PROCESSES="$SLURM_NTASKS"',
              "unset THESEUS_PROCESS_ID  # each task's id is its SLURM_PROCID",
@@ -177,9 +174,7 @@ def launch_slurm(spec: Any, placement: Any, tarball: bytes, *, uv: str | None = 
     theseus.dispatch.ssh.HostUnreachable: cannot reach ssh host 127.0.0.1:1: ssh: ...: Connection refused; ...
     """
     host = placement.host
-    if getattr(host, "type", None) != "slurm":
-        raise ValueError(f"launch_slurm needs a slurm host, got {getattr(host, 'type', type(host).__name__)!r} "
-                         f"host {getattr(host, 'name', host)!r}")
+    require_host(host, "slurm", "launch_slurm needs a slurm host")
     login = Login.of(host, known_hosts)
     work_dir = absolute(placement.cluster.work_dir, login.home())
     ping = login.run("scontrol ping", timeout=60)
@@ -188,14 +183,10 @@ def launch_slurm(spec: Any, placement: Any, tarball: bytes, *, uv: str | None = 
                         if line.strip() and not line.startswith("*"))
         raise HostUnreachable(f"the SLURM controller of host {host.name!r} does not answer `scontrol ping` on "
                               f"{login.where}: {said or 'no output'}; nothing was shipped or submitted")
-    stage = f"{work_dir}/launches/{spec.nonce}-{secrets.token_hex(3)}"
+    stage = new_stage(work_dir, spec.nonce)
     files = stage_files(spec, tarball, work_dir, stage)
     files["job.sbatch"] = sbatch_script(spec, placement, stage, uv).encode()
-    shipped = login.run(f"mkdir -p {shlex.quote(stage)} && tar -x -C {shlex.quote(stage)}",
-                        input=ship_files(files), timeout=600)
-    if shipped.returncode != 0:
-        raise LaunchFailed(f"could not ship the code to {login.where}:{stage}: "
-                           f"{shipped.stderr.decode(errors='replace').strip()}")
+    ship(login.run, login.where, stage, files)
     submitted = login.run(f"sbatch --parsable {shlex.quote(stage + '/job.sbatch')}", timeout=120)
     job_id = submitted.stdout.decode(errors="replace").strip().split(";")[0]
     if submitted.returncode != 0 or not job_id.isdigit():

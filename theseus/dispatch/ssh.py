@@ -41,9 +41,10 @@ import time
 from collections.abc import Mapping
 from typing import IO, Any
 
-__all__ = ["HostUnreachable", "LaunchFailed", "Launched", "Ssh", "device_env", "exports", "launch_ssh", "ship_files"]
+__all__ = ["FREE_PORT", "HostUnreachable", "LaunchFailed", "Launched", "Ssh", "device_env", "exports", "launch_ssh",
+           "new_stage", "require_host", "ship", "ship_files"]
 
-_FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
+FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 
 
 class HostUnreachable(ConnectionError):
@@ -162,7 +163,7 @@ class Ssh:
         theseus.dispatch.ssh.HostUnreachable: cannot reach ssh host 'box' (127.0.0.1:1): ssh: ...Connection refused; ...
         """
         label = f"ssh host {name!r} ({self.target}:{self.port})" if name else f"ssh host {self.target}:{self.port}"
-        command = f'true && printf "%s\\n" "$HOME" && {shlex.quote(python)} -c {shlex.quote(_FREE_PORT)}'
+        command = f'true && printf "%s\\n" "$HOME" && {shlex.quote(python)} -c {shlex.quote(FREE_PORT)}'
         try:
             out = self.run(command, timeout=self.connect_timeout + 20)
         except subprocess.TimeoutExpired:
@@ -249,6 +250,46 @@ def stage_files(spec: Any, tarball: bytes, work_dir: str, stage: str, python: st
     return {"code.tar.gz": tarball, "spec.json": spec.to_json().encode(), "bootstrap.sh": script.encode()}
 
 
+def require_host(host: Any, kind: str, needs: str) -> None:
+    """Raise ``ValueError`` (``needs``, then what ``host`` is) unless ``host`` is an inventory host of type ``kind``.
+
+    >>> from theseus.dispatch.inventory import SshHost
+    >>> box = SshHost(name="box", cluster="c", chip="cpu", address="a", chips=1)
+    >>> require_host(box, "slurm", "f needs a slurm host")
+    Traceback (most recent call last):
+    ...
+    ValueError: f needs a slurm host, got 'ssh' host 'box'
+    """
+    if getattr(host, "type", None) != kind:
+        kind_of = getattr(host, "type", type(host).__name__)
+        raise ValueError(f"{needs}, got {kind_of!r} host {getattr(host, 'name', host)!r}")
+
+
+def new_stage(work_dir: str, nonce: str) -> str:
+    """A fresh launch folder on the host: ``<work_dir>/launches/<nonce>-<token>`` (a relaunch never reuses one).
+
+    >>> new_stage("/w", "abcdef").startswith("/w/launches/abcdef-")
+    True
+    """
+    return f"{work_dir}/launches/{nonce}-{secrets.token_hex(3)}"
+
+
+def ship(run: Any, where: str, stage: str, files: Mapping[str, bytes]) -> None:
+    """Unpack ``files`` into ``stage`` with ``run`` (``Ssh.run`` or ``Login.run``); ``LaunchFailed`` names ``where``.
+
+    >>> import tempfile
+    >>> stage = tempfile.mkdtemp() + "/s"
+    >>> run = lambda command, input, timeout: subprocess.run(["bash", "-c", command], input=input, capture_output=True)
+    >>> ship(run, "localhost", stage, {"a.txt": b"hi"}); open(stage + "/a.txt").read()
+    'hi'
+    """
+    q = shlex.quote
+    shipped = run(f"mkdir -p {q(stage)} && tar -x -C {q(stage)}", input=ship_files(files), timeout=600)
+    if shipped.returncode != 0:
+        raise LaunchFailed(f"could not ship the code to {where}:{stage}: "
+                           f"{shipped.stderr.decode(errors='replace').strip()}")
+
+
 class _Output:
     """Lines of several processes: written to a stream with a prefix, the last ``keep`` lines kept."""
 
@@ -296,21 +337,15 @@ def launch_ssh(spec: Any, placement: Any, tarball: bytes, *, uv: str | None = No
     theseus.dispatch.ssh.HostUnreachable: cannot reach ssh host 'box' (127.0.0.1:1): ssh: ...: Connection refused; ...
     """
     host, n = placement.host, placement.processes
-    if getattr(host, "type", None) != "ssh":
-        raise ValueError(f"launch_ssh needs an ssh host, got {getattr(host, 'type', type(host).__name__)!r} "
-                         f"host {getattr(host, 'name', host)!r}")
+    require_host(host, "ssh", "launch_ssh needs an ssh host")
     if n > 1 and host.chip != "cpu":
         raise ValueError(f"ssh host {host.name!r}: {n} processes of {host.chip} chips on one host; an ssh host runs "
                          "one process that sees all its chips (use chips_per_process = the host's chips)")
     ssh = Ssh.of(host, known_hosts)
     home, port = ssh.probe(host.python, host.name)
     work_dir = absolute(placement.cluster.work_dir, home)
-    stage = f"{work_dir}/launches/{spec.nonce}-{secrets.token_hex(3)}"
-    shipped = ssh.run(f"mkdir -p {shlex.quote(stage)} && tar -x -C {shlex.quote(stage)}",
-                      input=ship_files(stage_files(spec, tarball, work_dir, stage, host.python)), timeout=600)
-    if shipped.returncode != 0:
-        raise LaunchFailed(f"could not ship the code to {ssh.target}:{stage}: "
-                           f"{shipped.stderr.decode(errors='replace').strip()}")
+    stage = new_stage(work_dir, spec.nonce)
+    ship(ssh.run, ssh.target, stage, stage_files(spec, tarball, work_dir, stage, host.python))
     base = {**device_env(host.chip, placement.chips_per_process), **host.env, **spec.env}
     coordinator = f"127.0.0.1:{port}"  # every process runs on this one host
     output = _Output(stream)
