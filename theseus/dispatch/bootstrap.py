@@ -366,8 +366,10 @@ def _record_crash(spec: LaunchSpec, returncode: int, output: bytes) -> bool:
 def supervise(spec_path: str, info: ProcessInfo, timeout: float | None = None) -> int:
     """Run the worker in a child, tee its output, publish it into the root; the worker's exit code.
 
-    >>> supervise.__name__
-    'supervise'
+    >>> supervise("/nonexistent/spec.json", ProcessInfo())
+    Traceback (most recent call last):
+    ...
+    theseus.dispatch.bootstrap.BadInput: no launch spec at /nonexistent/spec.json
     """
     spec = _read_spec(spec_path)
     command = [sys.executable, "-m", "theseus.dispatch.bootstrap", "--worker", spec_path, *info.args()]

@@ -58,8 +58,9 @@ class NotRunHere(ValueError):
 class Submission:
     """What ``submit`` did: the final spec, the placement, the plan text and the launcher's result (None: dry run).
 
-    >>> Submission.__dataclass_fields__.keys() >= {"spec", "placement", "plan", "launched"}
-    True
+    >>> done = Submission(LaunchSpec("k/x", "r", "", "/r", nonce="abcdef"), None, "plan")
+    >>> done.nonce, done.launched
+    ('abcdef', None)
     """
 
     spec: LaunchSpec
