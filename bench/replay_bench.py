@@ -171,14 +171,6 @@ def audit_config() -> dict:
     }
 
 
-def set_config(config, values: dict) -> None:
-    for key, value in values.items():
-        if isinstance(value, dict):
-            set_config(config[key], value)
-        else:
-            config[key] = value
-
-
 def rchar() -> int | None:
     """Bytes this process has read through read() so far (Linux), or None."""
     try:
@@ -213,7 +205,7 @@ def bench_audit(root: str) -> None:
     t0 = time.perf_counter()
     with quick(root) as q:
         q.build("gpt/train/pretrain", "audit-bench")
-        set_config(q.config, audit_config())
+        q.config.merge_with(audit_config())
         job = q.create()
         nonce = job.node.nonce
         job()

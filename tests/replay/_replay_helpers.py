@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tests.trainer._helpers import config, tree_hash, write_dataset
 from theseus.quick import quick
+from theseus.replay.verify import logged_losses
 from theseus.store import Store
 
 ROWS, BLOCK = 8, 32
@@ -17,20 +18,13 @@ def tiny_config(steps: int, checkpoint_interval: int = 4, layers: int = 2) -> di
                            "validation_interval": 100})
 
 
-def set_config(q, cfg: dict) -> None:
-    for section, values in cfg.items():
-        for key, value in values.items():
-            setattr(q.config[section], key, value)
-
-
 def train_run(root: str, steps: int = 8, checkpoint_interval: int = 4, layers: int = 2,
               with_data: bool = True) -> str:
     """Write the synthetic dataset (optionally) and train a fresh run of ``steps`` steps; its nonce."""
     if with_data:
         write_dataset(root)
     with quick(root) as q:
-        q.build("gpt/train/pretrain", "train-gpt")
-        set_config(q, tiny_config(steps, checkpoint_interval, layers))
+        q.build("gpt/train/pretrain", "train-gpt").config.merge_with(tiny_config(steps, checkpoint_interval, layers))
         job = q.create()
         job()
     return job.node.nonce
@@ -46,7 +40,6 @@ def continue_run(root: str, nonce: str, total_steps: int) -> tuple[dict[int, flo
         job = q.create()
         job()
     assert job.node.nonce == nonce  # the same lineage goes on
-    rows = Store(root).find().nonce(nonce).has("train/loss").frame().collect()
-    losses = {s: v for s, v in zip(rows["seq"], rows["train/loss"]) if s > base.seq}
+    losses = logged_losses(Store(root), base)
     state = job.trainer.state
     return losses, tree_hash(state["params"]), tree_hash(state)

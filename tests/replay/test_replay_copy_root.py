@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import gcs_bucket_root
-from tests.replay._replay_helpers import continue_run, set_config, train_run
+from tests.replay._replay_helpers import continue_run, train_run
 from theseus.quick import quick
 from theseus.replay.verify import verify
 from theseus.store import Store
@@ -135,7 +135,7 @@ def test_nothing_in_a_root_holds_an_absolute_path(tmp_path):
         q.build("data/tokenize/pydoc", "tokenize-pydoc").config.data.max_samples = 40
         q.create()()
         q.build("gpt/train/pretrain", "train-gpt")
-        set_config(q, {
+        q.config.merge_with({
             "data": {"dataset": "pydoc"},
             "architecture": {"n_embd": 32, "n_layers": 1, "n_head": 2, "block_size": 16},
             "training": {"batch_size": 4, "per_device_batch_size": 4, "tokens": 4 * 16 * 4, "validation_steps": 1},

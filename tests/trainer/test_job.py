@@ -16,10 +16,7 @@ def create(q, run_name, steps, **logging):
     """A pretrain job of ``steps`` tiny steps built in the session ``q``."""
     cfg = config(training={"tokens": 8 * 32 * steps}, logging={"report_interval": 1, "checkpoint_interval": 4,
                                                                "validation_interval": 4, **logging})
-    q.build("gpt/train/pretrain", run_name)
-    for section, values in cfg.items():
-        for key, value in values.items():
-            setattr(q.config[section], key, value)
+    q.build("gpt/train/pretrain", run_name).config.merge_with(cfg)
     return q.create()
 
 
