@@ -51,6 +51,11 @@ def series(store: Store | str, nonce: str, key: str, x: str = SEQ) -> tuple[list
     """
     store = store if isinstance(store, Store) else Store(store)
     _run_name(store, nonce)  # a clear error for a malformed or unknown nonce
+    return _series(store, nonce, key, x)
+
+
+def _series(store: Store, nonce: str, key: str, x: str) -> tuple[list[float], list[float]]:
+    """`series` of a nonce already checked."""
     cursor = store.find().nonce(nonce).has(key)
     if x != SEQ:
         cursor = cursor.has(x)
@@ -88,7 +93,7 @@ def plot(store: Store | str, nonces: Sequence[str], keys: Sequence[str], x: str 
     for i, nonce in enumerate(nonces):  # a colour per run, a line style per key
         name = _run_name(store, nonce)
         for j, key in enumerate(keys):
-            xs, ys = series(store, nonce, key, x)
+            xs, ys = _series(store, nonce, key, x)
             ax.plot(xs, ys, color=f"C{i % 10}", linestyle=styles[j % len(styles)],
                     marker="." if len(xs) < 50 else None, label=f"{name}:{nonce} {key}")
     ax.set_xlabel(x)
