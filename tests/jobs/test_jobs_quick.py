@@ -141,6 +141,10 @@ def test_resume_hook_restores_job_and_config(tmp_path):
         assert q.find().job("data/tokenize/pydoc").resume() is q
         assert (q.job_key, q.config.data.max_samples, q.base) == ("data/tokenize/pydoc", 2, first.node)
         assert q.build() is q and q.config.data.max_samples == 2
+        q.config.data.max_samples = 5  # edits on top of the restored config survive q.build()...
+        assert q.build() is q and q.config.data.max_samples == 5
+        q.find().job("data/tokenize/pydoc").resume()  # ...and a new resume() starts from the saved config
+        assert q.config.data.max_samples == 2
         with pytest.raises(NotImplementedError, match="cannot be restored"):
             q.create()  # tokenize jobs do not restore; the trainer will
         q.find().job("data/tokenize/pydoc").branch()
