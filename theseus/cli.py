@@ -18,10 +18,10 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from theseus import cli_audit, cli_dispatch, cli_replay, cli_store
+from theseus.cli_errors import BAD_INPUT, fail
 
 app = typer.Typer(
     name="theseus",
@@ -30,14 +30,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-# Errors that mean "bad input": a clear message and exit code 2, no traceback.
-_BAD_INPUT = (KeyError, ValueError, TypeError, FileNotFoundError, FileExistsError, NotImplementedError)
-
-
-def _fail(message: str, code: int) -> None:
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/bold red] {escape(message)}")
-    raise typer.Exit(code)
 
 
 @app.callback()
@@ -63,7 +55,7 @@ def jobs(prefix: Annotated[str, typer.Argument(help="Only jobs whose key starts 
 
     found = registry(prefix)
     if not found:
-        _fail(f"no job key starts with {prefix!r} (`theseus jobs` lists them all)", 2)
+        fail(f"no job key starts with {prefix!r} (`theseus jobs` lists them all)", 2)
     table = Table("Job", "Description")
     for key, cls in found.items():
         table.add_row(key, cls.description)
@@ -97,14 +89,14 @@ def run(
             q.build(job_key, run_name)
             apply_overrides(q.config, overrides or [])
             job = q.create()
-    except _BAD_INPUT as e:
-        _fail(str(e), 2)
+    except BAD_INPUT as e:
+        fail(str(e), 2)
     try:
         job()
     except KeyboardInterrupt:
-        _fail(f"interrupted; the failure is recorded at node {job.node.id}", 130)
+        fail(f"interrupted; the failure is recorded at node {job.node.id}", 130)
     except Exception as e:
-        _fail(f"{type(e).__name__}: {e} (recorded at node {job.node.id})", 1)
+        fail(f"{type(e).__name__}: {e} (recorded at node {job.node.id})", 1)
 
 
 cli_store.register(app)  # ls, show, compact

@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from theseus.cli_errors import fail
 from theseus.store.audit import AuditReport, CheckpointAudit, RunAudit, audit, flatten, gc
 
 _SHOWN_GAPS = 4
@@ -164,11 +165,6 @@ def render(report: AuditReport, console: Console, show_config: bool = False) -> 
         say(f"[bold red]FAILED[/bold red]: {_count(len(report.errors), 'integrity failure')}{warnings}")
 
 
-def _bad_input(message: str) -> None:
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/bold red] {escape(message)}")
-    raise typer.Exit(2)
-
-
 def audit_command(
     root: Annotated[str, typer.Argument(help="The root folder or gs:// URL to audit")],
     nonce: Annotated[str | None, typer.Argument(help="Only this run (6-hex nonce) and the runs it branched from")] = None,
@@ -193,7 +189,7 @@ def audit_command(
     try:
         report = audit(root, nonce, verify_checksums=checksums, threads=threads)
     except (FileNotFoundError, ValueError) as e:
-        _bad_input(str(e))
+        fail(str(e))
     if as_json:
         typer.echo(report.to_json())
     else:
@@ -224,7 +220,7 @@ def gc_command(
     try:
         report = gc(root, dry_run=dry_run, min_age_s=min_age)
     except (FileNotFoundError, ValueError) as e:
-        _bad_input(str(e))
+        fail(str(e))
     console = Console(highlight=False)
     verb = "would delete" if dry_run else "deleted"
     for rel in report.deleted:

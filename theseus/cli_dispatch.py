@@ -25,13 +25,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-# Errors that mean "bad input": a clear message and exit code 2, no traceback.
-_BAD_INPUT = (KeyError, ValueError, TypeError, FileNotFoundError, FileExistsError, NotImplementedError, LookupError)
-
-
-def _fail(message: str, code: int) -> None:
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/bold red] {escape(message)}")
-    raise typer.Exit(code)
+from theseus.cli_errors import BAD_INPUT, fail
 
 
 def _say(message: str) -> None:
@@ -66,19 +60,19 @@ def launch(
     from theseus.dispatch.spec import build_spec
 
     if resume and branch:
-        _fail("--resume and --branch exclude each other: continue a run, or start a branch of it", 2)
+        fail("--resume and --branch exclude each other: continue a run, or start a branch of it", 2)
     try:
         spec = build_spec(root, job_key, run_name, overrides or [], base_node=resume or branch, branch=bool(branch))
         _say(f"launch | {spec.job_key} {spec.first_node().name} nonce [bold]{spec.nonce}[/bold] | "
              f"{processes} process(es) | root {spec.root}")
         result = launch_local(spec, processes, devices_per_process, timeout=timeout)
-    except _BAD_INPUT as e:
-        _fail(str(e), 2)
+    except (*BAD_INPUT, LookupError) as e:
+        fail(str(e), 2)
     if result.ok:
         _say(f"launch | run {spec.nonce} done in {result.seconds:.1f} s")
         return
     why = "past its deadline" if result.timed_out else f"exit codes {list(result.returncodes)}"
-    _fail(f"run {spec.nonce} failed ({why}); its output: theseus logs {spec.root} {spec.nonce}", result.returncode)
+    fail(f"run {spec.nonce} failed ({why}); its output: theseus logs {spec.root} {spec.nonce}", result.returncode)
 
 
 def submit(
@@ -118,17 +112,17 @@ def submit(
     from theseus.dispatch.submit import submit as submit_spec
 
     if resume and branch:
-        _fail("--resume and --branch exclude each other: continue a run, or start a branch of it", 2)
+        fail("--resume and --branch exclude each other: continue a run, or start a branch of it", 2)
     try:
         inv = load_inventory(inventory)
         request = request_for(inv, chip, n, cluster or (), memory_gb, cpus)
         root = solve(inv, request).cluster.root
         spec = build_spec(root, job_key, run_name, overrides or [], base_node=resume or branch, branch=bool(branch))
         done = submit_spec(spec, inv, request, dry_run, repo=repo, allow_dirty=allow_dirty, timeout=timeout)
-    except (*_BAD_INPUT, ConnectionError) as e:  # ConnectionError: an unreachable host, nothing started
-        _fail(str(e), 2)
+    except (*(*BAD_INPUT, LookupError), ConnectionError) as e:  # ConnectionError: an unreachable host, nothing started
+        fail(str(e), 2)
     except RuntimeError as e:  # the launch failed or ran past its deadline: recorded in the root
-        _fail(str(e), 1)
+        fail(str(e), 1)
     if dry_run:
         Console(highlight=False, soft_wrap=True).out(done.plan, end="", highlight=False)
         return
@@ -155,11 +149,11 @@ def logs(
 
     try:
         found = find_logs(root, nonce, process)
-    except _BAD_INPUT as e:
-        _fail(str(e), 2)
+    except (*BAD_INPUT, LookupError) as e:
+        fail(str(e), 2)
     if not found:
         which = f"process {process} of " if process is not None else ""
-        _fail(f"{which}run {nonce} has no published output in {root} (was it launched with theseus launch/submit?)", 1)
+        fail(f"{which}run {nonce} has no published output in {root} (was it launched with theseus launch/submit?)", 1)
     console = Console(highlight=False, soft_wrap=True)
     for log in found:
         console.rule(escape(log.title))

@@ -20,16 +20,12 @@ import re
 from typing import Annotated
 
 import typer
+
+from theseus.cli_errors import fail
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 _NONCE = re.compile(r"^[0-9a-f]{6}$")
-
-
-def _fail(message: str, code: int = 2) -> None:
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/bold red] {escape(message)}")
-    raise typer.Exit(code)
 
 
 def verify(
@@ -61,7 +57,7 @@ def verify(
     try:
         result = run_verify(root, node_id, steps, rtol=rtol, atol=atol)
     except (ValueError, EmptyResult, FileNotFoundError) as e:
-        _fail(str(e), 2)
+        fail(str(e), 2)
     verdict = result.verdict
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
@@ -114,15 +110,15 @@ def plot(
         nonces.append(item)
     keys = runs_and_keys[len(nonces):]
     if not nonces or not keys:
-        _fail(f"expected ROOT NONCE [NONCE...] KEY [KEY...] (e.g. `theseus plot ROOT 949e88 train/loss -o loss.png`); "
+        fail(f"expected ROOT NONCE [NONCE...] KEY [KEY...] (e.g. `theseus plot ROOT 949e88 train/loss -o loss.png`); "
               f"got runs {nonces} and keys {keys}", 2)
     stray = [k for k in keys if _NONCE.match(k)]
     if stray:
-        _fail(f"nonces must come before the keys; {stray} came after {keys[0]!r}", 2)
+        fail(f"nonces must come before the keys; {stray} came after {keys[0]!r}", 2)
     try:
         fig = draw(root, nonces, keys, x=x, out=out)
     except (ValueError, EmptyResult, FileNotFoundError) as e:
-        _fail(str(e), 2)
+        fail(str(e), 2)
     lines = fig.axes[0].get_lines()
     Console(highlight=False, soft_wrap=True).print(f"wrote {out}: {len(lines)} line(s), "
                                    + ", ".join(f"{ln.get_label()} ({len(ln.get_xdata())} points)" for ln in lines))
