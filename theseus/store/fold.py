@@ -20,7 +20,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from theseus.store.segments import Block, Footer, index_of, read_columns, sort_records
+from theseus.store.segments import SMALL_SEGMENT_ROWS, Block, Footer, index_of, read_columns, sort_records
 
 DTYPES = {"float": pl.Float64, "int": pl.Int64, "bool": pl.Boolean, "str": pl.String}
 ARROW = {"float": pa.float64(), "int": pa.int64(), "bool": pa.bool_(), "str": pa.string()}
@@ -83,7 +83,8 @@ def fold_run(
     for key, found in blocks_of.items():
         for seg, block in found:
             stamps = ("stamp", "writer") if overlap[key] or key in latest else ()
-            seg.need(block, ("seq", *block.columns, *stamps))
+            seq = () if _seq_implied(block) and seg.footer.rows >= SMALL_SEGMENT_ROWS else ("seq",)
+            seg.need(block, (*seq, *block.columns, *stamps))
     for seg in data:
         if rows is None and not all(b.dense for b in seg.footer.blocks.values()):
             seg.need(None, ("seq",))
@@ -207,7 +208,7 @@ def _fold_key(blocks: list[tuple[_Segment, Block]], kind: str, overlap: bool) ->
     """``(seqs, values)`` of one key: the latest value of each seq, seqs ascending."""
     if not blocks:
         return np.empty(0, np.int64), pa.nulls(0, ARROW[kind])
-    seqs = [s.column("seq", b).to_numpy() for s, b in blocks]
+    seqs = [_block_seqs(s, b) for s, b in blocks]
     values = [_values(s, b, kind) for s, b in blocks]
     seq = seqs[0] if len(seqs) == 1 else np.concatenate(seqs)
     value = values[0] if len(values) == 1 else pa.concat_arrays(values)
@@ -224,6 +225,24 @@ def _fold_key(blocks: list[tuple[_Segment, Block]], kind: str, overlap: bool) ->
     keep = np.ones(len(seq), bool)
     keep[:-1] = seq[1:] != seq[:-1]  # the last row of each seq is its latest record
     return seq[keep], value.filter(pa.array(keep))
+
+
+def _seq_implied(block: Block) -> bool:
+    """True when the footer alone gives a block's seqs: each seq of its range exactly once.
+
+    >>> _seq_implied(Block(0, 3, 5, 7, 3, ("float",))), _seq_implied(Block(0, 4, 5, 7, 3, ("float",)))
+    (True, False)
+    """
+    return block.dense and block.stop - block.start == block.distinct
+
+
+def _block_seqs(seg: _Segment, block: Block) -> np.ndarray:
+    """A block's seqs (rows are in seq order): the seq column, or the footer's range where
+    that implies them and the column was not read (a large segment's seq column is
+    compressed: decoding it costs more than the values; a small one is read as a check)."""
+    if "seq" not in seg.columns and _seq_implied(block):
+        return np.arange(block.seq_min, block.seq_max + 1, dtype=np.int64)
+    return seg.column("seq", block).to_numpy()
 
 
 def _union(arrays: list[np.ndarray]) -> np.ndarray:

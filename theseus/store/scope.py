@@ -38,8 +38,10 @@ class Scope:
 
     def __init__(self, store: Store, name: str = "*", nonce: str = "*"):
         self.store = store
-        self.runs = store._runs(name, nonce) if "\x00" not in name + nonce else {}
-        self.view: View | None = store._view() if self.runs else None
+        matches = "\x00" not in name + nonce
+        view = store._view() if matches else None  # first: its record of the log spares listing unchanged folders
+        self.runs = store._runs(name, nonce) if matches else {}
+        self.view: View | None = view if self.runs else None
         self.in_view: dict[tuple[str, str], int] = {}  # run -> view run number
         self.newer: dict[tuple[str, str], list[str]] = {}  # view run -> its segments newer than the view
         view = self.view

@@ -19,6 +19,8 @@ import fnmatch
 import io
 import json
 import os
+import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -147,8 +149,11 @@ def list_segments(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", non
     return sorted(p for paths in list_runs(fs, root, name, nonce).values() for p in paths)
 
 
-def list_runs(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", nonce: str = "*") -> dict[tuple[str, str], list[str]]:
+def list_runs(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", nonce: str = "*",
+              listings: Listings | None = None) -> dict[tuple[str, str], list[str]]:
     """Published segments by run, ``{(name, nonce): [path, ...]}``, runs and paths sorted.
+
+    ``listings`` (local roots) reuses folder listings its ctime check proves current.
 
     >>> fs, root = rootfs.open_root("/tmp/theseus-empty-doc")
     >>> list_runs(fs, root)
@@ -160,37 +165,225 @@ def list_runs(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", nonce: 
         except FileNotFoundError:
             return {}
         return by_run([p for p in found if not os.path.basename(p).startswith(".")])
+    listings = listings or Listings(None)
+    now = time.time_ns()  # before any folder is stat'ed
     log = f"{root}/{LOG}"
     runs = {}
     literal = not _is_glob(nonce)
     access, exists = os.access, os.F_OK
-    for name_dir in sorted(_matching(log, "name=", name, not _is_glob(name))):
+    for name_dir in _matching(listings, now, log, "name=", name, not _is_glob(name)):
         base = f"{log}/{name_dir}/"
         if literal:  # one nonce: probe each name's folder for it (the common point query)
             nonce_dirs = [f"nonce={nonce}"] if access(f"{base}nonce={nonce}", exists) else []
         else:
-            nonce_dirs = sorted(_matching(base, "nonce=", nonce, False))
+            nonce_dirs = _matching(listings, now, base[:-1], "nonce=", nonce, False)
         for nonce_dir in nonce_dirs:
-            folder = base + nonce_dir
-            files = [f for f in _scandir(folder) if f[0] != "." and f.endswith(".parquet")]
+            files = listings.get(base + nonce_dir, _published, now)
             if files:
-                files.sort()
-                runs[(name_dir[5:], nonce_dir[6:])] = [f"{folder}/{f}" for f in files]
+                runs[(name_dir[5:], nonce_dir[6:])] = list(files)
     return runs
+
+
+def _published(folder: str, names: list[str]) -> tuple[str, ...]:
+    """The segment paths among a run folder's entries, sorted (temporaries never match)."""
+    return tuple(f"{folder}/{f}" for f in sorted(names) if f[0] != "." and f.endswith(".parquet"))
 
 
 def _is_glob(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
 
 
-def _matching(folder: str, prefix: str, glob: str, literal: bool) -> list[str]:
-    """Entries ``prefix + value`` of ``folder`` whose value matches ``glob``."""
+def _matching(listings: Listings, now: int, folder: str, prefix: str, glob: str, literal: bool) -> list[str]:
+    """Entries ``prefix + value`` of ``folder`` whose value matches ``glob``, sorted."""
     if literal:
         return [prefix + glob] if os.access(f"{folder}/{prefix}{glob}", os.F_OK) else []
-    entries = [e for e in _scandir(folder) if e.startswith(prefix)]
+    entries = listings.get(folder, _prefixed[prefix], now)
     if glob == "*":
         return entries
     return [e for e in entries if fnmatch.fnmatchcase(e[len(prefix):], glob)]
+
+
+_prefixed = {p: (lambda folder, names, p=p: tuple(sorted(e for e in names if e.startswith(p)))) for p in ("name=", "nonce=")}
+
+# Kernel filesystems whose folder ctime changes on every entry added or removed and cannot be
+# set from user space. FUSE (gcsfuse reports fixed times), NFS (cached attributes) and other
+# network filesystems are not listed: there every query lists.
+CTIME_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "zfs", "overlay"})
+LISTING_MARGIN_NS = 1_000_000_000  # a ctime proves a listing only when older than this at listing time
+_filesystem_types: dict[int, str] = {}
+
+
+class Listings:
+    """Folder listings of a local root, reused while the folder's ctime proves them current.
+
+    A folder's ctime is set by the kernel whenever an entry is added, removed or renamed
+    (and by ``utime``/``chmod``); no call sets it to a chosen value (``rsync -a`` and
+    ``touch -d`` set mtime, and bump ctime to now). So a listing stays current exactly as
+    long as the folder's (inode, ctime) is unchanged, provided later changes cannot get the
+    same ctime: the folder is stat'ed *before* it is listed, and the listing is kept only
+    when that ctime was already ``LISTING_MARGIN_NS`` older than the clock then (kernel
+    timestamps come from a coarse clock, a few ms behind; a change after the stat gets a
+    later one). Folders changed in the last second are listed on every call. ``seed``
+    (the view's record of folders it saw, same rule) answers for folders not yet listed.
+    Only on filesystems in ``CTIME_FILESYSTEMS``; elsewhere (or with ``root`` None) every
+    call lists.
+
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> listings = Listings(root)
+    >>> open(f"{root}/a", "w").close()
+    >>> listings.get(root, lambda folder, names: sorted(names))
+    ['a']
+    >>> open(f"{root}/b", "w").close()  # a change within the second is seen
+    >>> listings.get(root, lambda folder, names: sorted(names))
+    ['a', 'b']
+    """
+
+    def __init__(self, root: str | None, seed=None):
+        self.root = root
+        self.seed = seed  # seed(folder, prepare) -> (ctime_ns, value) or None
+        self._enabled: bool | None = None if root is not None else False
+        self._known: dict[tuple[str, object], tuple[int, int, object]] = {}  # (folder, prepare) -> (inode, ctime, value)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether ctimes prove listings here (decided once the root exists)."""
+        if self._enabled is None:
+            self._enabled = ctime_proves_listings(self.root)
+        return bool(self._enabled)
+
+    def get(self, folder: str, prepare, now: int | None = None):
+        """``prepare(folder, names)`` of the folder's entries (an empty list for a missing folder).
+
+        ``now``: ``time.time_ns()`` taken before this call (default: now).
+        """
+        if not self.enabled:
+            return prepare(folder, _scandir(folder))
+        now = time.time_ns() if now is None else now
+        try:
+            st = os.stat(folder)
+        except (FileNotFoundError, NotADirectoryError):
+            return prepare(folder, [])
+        known = self._known.get((folder, prepare))
+        if known is not None and known[0] == st.st_ino and known[1] == st.st_ctime_ns:
+            return known[2]
+        if self.seed is not None:
+            seeded = self.seed(folder, prepare)
+            if seeded is not None and seeded[0] == st.st_ctime_ns:
+                return seeded[1]
+        value = prepare(folder, _scandir(folder))
+        if st.st_ctime_ns < now - LISTING_MARGIN_NS:
+            self._known[(folder, prepare)] = (st.st_ino, st.st_ctime_ns, value)
+        else:
+            self._known.pop((folder, prepare), None)
+        return value
+
+
+def record_listings(listings: Listings, root: str, runs: dict[tuple[str, str], list[str]]) -> dict | None:
+    """The ctimes that prove the log folders list exactly ``runs`` (for a view's footer).
+
+    ``{"log": ctime, "names": {name: ctime}, "runs": [ctime per run]}``, each None where
+    the folder lists something else or changed within ``LISTING_MARGIN_NS``; None when
+    ctimes prove nothing on this filesystem. :class:`RecordedListings` answers from it.
+    """
+    if not listings.enabled:
+        return None
+    now = time.time_ns()  # before any stat
+    log = f"{root}/{LOG}"
+    nonces: dict[str, list[str]] = {}
+    for name, nonce in runs:
+        nonces.setdefault(name, []).append(nonce)
+
+    def proven(folder: str, prepare, expected) -> int | None:
+        try:
+            st = os.stat(folder)
+        except OSError:
+            return None
+        if st.st_ctime_ns < now - LISTING_MARGIN_NS and prepare(folder, _scandir(folder)) == expected:
+            return st.st_ctime_ns
+        return None
+
+    return {
+        "log": proven(log, _prefixed["name="], tuple(sorted(f"name={n}" for n in nonces))),
+        "names": {n: proven(f"{log}/name={n}", _prefixed["nonce="], tuple(sorted(f"nonce={x}" for x in v)))
+                  for n, v in nonces.items()},
+        "runs": [proven(run_dir(root, *run), _published, tuple(paths)) for run, paths in runs.items()],
+    }
+
+
+class RecordedListings:
+    """A :class:`Listings` seed from :func:`record_listings`' record: ``(ctime, value)`` of a
+    log folder as it was recorded, for the caller to trust only if its ctime is unchanged.
+
+    ``runs`` and ``segments`` are the recorded runs and their segment file names, in order.
+    """
+
+    def __init__(self, root: str, record: dict, runs: list[tuple[str, str]], segments: list[list[str]]):
+        self.log = f"{root}/{LOG}"
+        self.record, self.runs, self.segments = record, runs, segments
+        self._number: dict[tuple[str, str], int] | None = None
+        self._nonces: dict[str, list[str]] | None = None
+
+    def __call__(self, folder: str, prepare) -> tuple[int, object] | None:
+        if not folder.startswith(self.log):
+            return None
+        parts = folder[len(self.log) + 1:].split("/")
+        if folder == self.log and prepare is _prefixed["name="] and self.record["log"] is not None:
+            return self.record["log"], tuple(sorted({f"name={n}" for n, _ in self.runs}))
+        if len(parts) == 1 and parts[0].startswith("name=") and prepare is _prefixed["nonce="]:
+            ctime = self.record["names"].get(parts[0][5:])
+            return None if ctime is None else (ctime, tuple(sorted(f"nonce={x}" for x in self.nonces()[parts[0][5:]])))
+        if len(parts) == 2 and parts[0].startswith("name=") and parts[1].startswith("nonce=") and prepare is _published:
+            number = self.numbers().get((parts[0][5:], parts[1][6:]))
+            if number is None or self.record["runs"][number] is None:
+                return None
+            return self.record["runs"][number], tuple(f"{folder}/{f}" for f in self.segments[number])
+        return None
+
+    def numbers(self) -> dict[tuple[str, str], int]:
+        if self._number is None:
+            self._number = {run: i for i, run in enumerate(self.runs)}
+        return self._number
+
+    def nonces(self) -> dict[str, list[str]]:
+        if self._nonces is None:
+            self._nonces = {}
+            for name, nonce in self.runs:
+                self._nonces.setdefault(name, []).append(nonce)
+        return self._nonces
+
+
+def ctime_proves_listings(path: str) -> bool | None:
+    """True when ``path`` is on a filesystem whose folder ctimes prove listings current
+    (None while ``path`` does not exist).
+
+    >>> ctime_proves_listings("/proc"), ctime_proves_listings("/no/such/folder")
+    (False, None)
+    """
+    try:
+        device = os.stat(path).st_dev
+    except OSError:
+        return None
+    if device not in _filesystem_types:
+        _filesystem_types[device] = _filesystem_type(os.path.realpath(path))
+    return _filesystem_types[device] in CTIME_FILESYSTEMS
+
+
+def _filesystem_type(path: str) -> str:
+    """The type of the mount holding ``path``, from /proc/self/mountinfo ("" when unknown)."""
+    best, kind = "", ""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                mount = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])  # "\\040" is a space
+                fstype = fields[fields.index("-") + 1]
+                inside = path == mount or path.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) >= len(best):
+                    best, kind = mount, fstype
+    except (OSError, ValueError, IndexError):
+        return ""
+    return kind
 
 
 def _scandir(path: str) -> list[str]:

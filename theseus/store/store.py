@@ -15,7 +15,7 @@ from theseus.store.fold import WRITTEN
 from theseus.store.node import Node, decode_id
 from theseus.store.reader import latest_value, scan
 from theseus.store.scope import Scope
-from theseus.store.segments import FooterCache, list_runs, list_segments
+from theseus.store.segments import FooterCache, Listings, RecordedListings, list_runs
 from theseus.store.view import View, build_view, list_views, read_view
 from theseus.store.writer import Writer
 
@@ -36,6 +36,7 @@ class Store:
         self.fs, self._root = rootfs.open_root(root)
         self._footers = FooterCache(self.fs)
         self._views: dict[str, View] = {}  # parsed view footers by path (views are immutable)
+        self._listings = Listings(self._root if rootfs.is_local(self.fs) else None)  # folder listings its ctime proves
 
     @property
     def root(self) -> str:
@@ -121,10 +122,10 @@ class Store:
         return merged
 
     def _segments(self, name: str = "*", nonce: str = "*") -> list[str]:
-        return list_segments(self.fs, self._root, name, nonce)
+        return sorted(p for paths in self._runs(name, nonce).values() for p in paths)
 
     def _runs(self, name: str = "*", nonce: str = "*") -> dict[tuple[str, str], list[str]]:
-        return list_runs(self.fs, self._root, name, nonce)
+        return list_runs(self.fs, self._root, name, nonce, self._listings)
 
     def _view(self) -> View | None:
         """The newest published view, parsed (None when there is none)."""
@@ -133,7 +134,10 @@ class Store:
             return None
         path = views[-1]
         if path not in self._views:
-            self._views = {path: read_view(self, path)}  # older views are retired: forget them
+            view = read_view(self, path)
+            self._views = {path: view}  # older views are retired: forget them
+            if view.listing is not None:  # the folders it saw, for listings their ctime proves unchanged
+                self._listings.seed = RecordedListings(self._root, view.listing, view.names, view.segments)
         return self._views[path]
 
 

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.fold import DTYPES, WRITTEN, fold_run, node_ids, with_identity
-from theseus.store.segments import CorruptSegment, union_keys
+from theseus.store.segments import CorruptSegment, record_listings, union_keys
 
 if TYPE_CHECKING:
     from theseus.store.store import Store
@@ -65,6 +65,7 @@ class View:
     signatures: list[dict[str, str]]  # distinct {key: type} of runs
     run_keys: list[int]  # per run: its signature
     latest_records: dict[str, list]  # per run key (_job, _finished): per run [value, stamp, writer] or None
+    listing: dict | None = field(default=None, compare=False, repr=False)  # segments.record_listings at build time
     meta: pq.FileMetaData | None = field(default=None, compare=False, repr=False)
     file: pq.ParquetFile | None = field(default=None, compare=False, repr=False)  # local views only
 
@@ -137,6 +138,7 @@ def read_view(store: Store, path: str) -> View:
             signatures=raw["signatures"],
             run_keys=runs["keys"],
             latest_records={k: runs[k] for k in RUN_KEYS},
+            listing=raw.get("listing"),
             meta=meta,
             file=file,
         )
@@ -174,8 +176,7 @@ def scan_view(store: Store, view: View, numbers: list[int] | None = None, column
         for number, (lo, hi) in zip(numbers, spans):
             group = int(np.searchsorted(starts, lo, "right")) - 1
             rows = pl.from_arrow(table.slice(base[group] + lo - starts[group], hi - lo))
-            name, nonce = view.names[number]
-            parts.append(rows.with_columns(pl.lit(name).alias("name"), pl.lit(nonce).alias("nonce")))
+            parts.append(with_identity(rows, *view.names[number]))
         return pl.concat(parts).lazy()
     if rootfs.is_local(store.fs):
         frame = pl.scan_parquet(view.path)
@@ -222,11 +223,12 @@ def build_view(store: Store) -> str | None:
         for key in RUN_KEYS:
             index[key].append(list(folded.latest[key]) if key in folded.latest else None)
     frame = pl.concat(frames)
+    listing = record_listings(store._listings, store.path(), runs)  # after the fold: folders older by then
     # a parent is stored only where it is not the previous seq's node ("" for none at all)
     usual = pl.when(pl.col("seq") > 0).then(node_ids(pl.col("name"), pl.col("nonce"), pl.col("seq") - 1))
     frame = frame.with_columns(
         pl.when(pl.col("parent").eq_missing(usual)).then(None).otherwise(pl.col("parent").fill_null("")).alias("parent"))
-    meta = {"version": 1, "types": types, "runs": index, "signatures": [json.loads(s) for s in signatures]}
+    meta = {"version": 1, "types": types, "runs": index, "signatures": [json.loads(s) for s in signatures], "listing": listing}
     table = frame.to_arrow()
     sink = io.BytesIO()
     # no Arrow schema in the footer (it would repeat the metadata), statistics where they prune

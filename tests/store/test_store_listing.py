@@ -1,0 +1,99 @@
+"""Listings reused by folder ctime (segments.Listings): a new segment is never hidden."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+from theseus.store import Node, Store
+from theseus.store.segments import Listings, ctime_proves_listings
+
+
+def _write(store: Store, node: Node, value: float) -> None:
+    with store.writer() as w:
+        w.write(node, {"loss": value})
+
+
+def _losses(store: Store, nonce: str = "*") -> list[float]:
+    cursor = store.find() if nonce == "*" else store.find().nonce(nonce)
+    return [r["loss"] for r in cursor.select(keys=["loss"])]
+
+
+def test_local_disk_and_tmpfs_prove_listings_proc_does_not(tmp_path):
+    assert ctime_proves_listings(str(tmp_path))
+    assert ctime_proves_listings("/proc") is False
+    assert ctime_proves_listings(str(tmp_path / "missing")) is None
+    assert not Listings("/proc").enabled
+
+
+def test_segment_added_within_the_second_is_seen_by_a_warm_store(tmp_path):
+    store = Store(tmp_path)
+    n = Node.start("fresh")
+    _write(store, n, 1.0)
+    assert _losses(store) == [1.0]
+    _write(store, n.next(), 2.0)  # same folders, changed well within LISTING_MARGIN_NS
+    assert _losses(store) == [1.0, 2.0]
+    assert _losses(store, n.nonce) == [1.0, 2.0]
+
+
+def test_cached_listing_sees_new_segments_runs_and_names(tmp_path):
+    store = Store(tmp_path)
+    n = Node.start("old")
+    _write(store, n, 1.0)
+    time.sleep(1.1)  # folders now older than the margin: their listings are kept
+    assert _losses(store) == [1.0]
+    assert store._listings._known  # the listing is cached...
+    _write(store, n.next(), 2.0)  # ...and a new segment in a cached run folder is still seen
+    assert _losses(store) == [1.0, 2.0]
+    time.sleep(1.1)
+    assert _losses(store) == [1.0, 2.0]
+    m = Node("general.default.old", "abcdef", 0)  # a new nonce folder under a cached name folder
+    _write(store, m, 3.0)
+    assert _losses(store) == [1.0, 2.0, 3.0]
+    _write(store, Node.start("other"), 4.0)  # a new name folder under a cached log folder
+    assert sorted(_losses(store)) == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_merged_segment_with_restored_times_is_seen(tmp_path):
+    """rsync -a restores folder mtimes over new entries; the ctime still moves."""
+    a, b = Store(tmp_path / "a"), Store(tmp_path / "b")
+    n = Node.start("merge")
+    _write(a, n, 1.0)
+    shutil.copytree(tmp_path / "a", tmp_path / "b", dirs_exist_ok=True)
+    _write(a, n.next(), 2.0)
+    time.sleep(1.1)
+    assert _losses(b) == [1.0]  # b's listing is cached now
+    (new,) = set(os.listdir(a._runs()[(n.name, n.nonce)][0].rsplit("/", 1)[0])) - set(
+        os.listdir(b._runs()[(n.name, n.nonce)][0].rsplit("/", 1)[0]))
+    folder = b._runs()[(n.name, n.nonce)][0].rsplit("/", 1)[0]
+    before = os.stat(folder)
+    shutil.copy2(f"{a._runs()[(n.name, n.nonce)][0].rsplit('/', 1)[0]}/{new}", f"{folder}/{new}")
+    os.utime(folder, ns=(before.st_atime_ns, before.st_mtime_ns))  # as rsync -a would
+    assert os.stat(folder).st_mtime_ns == before.st_mtime_ns
+    assert _losses(b) == [1.0, 2.0]
+
+
+def test_view_record_spares_listing_and_a_copied_root_lists_again(tmp_path):
+    store = Store(tmp_path / "a")
+    nodes = [Node.start(f"run{i}") for i in range(3)]
+    for i, n in enumerate(nodes):
+        _write(store, n, float(i))
+        _write(store, n.next(), float(i) + 0.5)
+    store.compact()
+    time.sleep(1.1)
+    store.compact()  # covers the log already: no new view
+    os.remove(store._view().path)
+    store.compact()  # a new view, built with every folder older than the margin
+    view = Store(tmp_path / "a")._view()
+    assert view.listing["log"] is not None and all(c is not None for c in view.listing["runs"])
+    cold = Store(tmp_path / "a")
+    assert sorted(_losses(cold)) == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5]
+    assert not cold._listings._known  # answered from the view's record, nothing listed
+    _write(cold, nodes[0].next().next(), 9.0)  # a new segment: its folder's ctime moved
+    assert sorted(_losses(Store(tmp_path / "a"))) == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 9.0]
+    shutil.copytree(tmp_path / "a", tmp_path / "b")  # new ctimes: the record proves nothing
+    copy = Store(tmp_path / "b")
+    _write(copy, nodes[1].next().next(), 7.0)
+    assert sorted(_losses(copy)) == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 7.0, 9.0]
+    assert sorted(_losses(Store(tmp_path / "b"))) == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 7.0, 9.0]
