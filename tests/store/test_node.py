@@ -1,5 +1,6 @@
 """Node identity: ids, names, lineage."""
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -56,3 +57,53 @@ names = st.from_regex(r"[a-z0-9][a-z0-9_\-]{0,10}\.[a-z0-9][a-z0-9_\-]{0,10}\.[a
 @given(names, st.from_regex(r"[0-9a-f]{6}", fullmatch=True), st.integers(0, 10**9))
 def test_id_round_trip(name, nonce, seq):
     assert decode_id(encode_id(name, nonce, seq)) == (name, nonce, seq)
+
+
+@given(names, st.from_regex(r"[0-9a-f]{6}", fullmatch=True), st.lists(st.integers(0, 10**18), max_size=40))
+def test_encode_ids_matches_encode_id(name, nonce, seqs):
+    from theseus.store.node import encode_ids
+
+    assert encode_ids(name, nonce, np.array(seqs, np.int64)).to_pylist() == [encode_id(name, nonce, s) for s in seqs]
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2_000)), min_size=1, max_size=30))
+def test_id_columns_match_each_nodes_ids(plan):
+    """Any mix of next() chains, branch points and nodes read back gets every id and parent right."""
+    from theseus.store.node import node_columns
+
+    start = Node.start("x")
+    branch = Node.start("x", parent=start.id)
+    made = []
+    for kind, seq in plan:
+        if kind == 0:
+            made.append(Node(start.name, start.nonce, seq).next())
+        elif kind == 1:
+            made.append(Node(start.name, start.nonce, seq, parent=branch.id))
+        elif kind == 2:
+            made.append(Node(start.name, start.nonce, seq))
+        else:
+            made.append(Node(start.name, start.nonce, seq * 10**12).next())
+    seqs, ids, parents = node_columns(made)
+    assert seqs.tolist() == [n.seq for n in made]
+    assert ids.to_pylist() == [n.id for n in made]
+    assert parents.to_pylist() == [n.parent for n in made]
+
+
+def test_nodes_are_immutable_hashable_and_pickle():
+    import copy
+    import pickle
+
+    a = Node.start("x").next()
+    with pytest.raises(AttributeError):
+        a.seq = 3
+    b = pickle.loads(pickle.dumps(a))
+    assert b == a and hash(b) == hash(a) and b.parent == a.parent and copy.deepcopy(a) is a
+    assert {a, Node(a.name, a.nonce, 1, a.parent)} == {a}
+    assert a != Node(a.name, a.nonce, 1) and a != (a.name, a.nonce, 1, a.parent)
+
+
+def test_id_columns_refuses_two_lineages():
+    from theseus.store.node import node_columns
+
+    with pytest.raises(ValueError, match="one lineage"):
+        node_columns([Node.start("x"), Node.start("y")])

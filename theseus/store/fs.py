@@ -46,9 +46,11 @@ def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
     """Make ``data`` visible at ``path`` whole or not at all.
 
     Locally: write a temporary name in the same folder (``.<name>.<random>.tmp``,
-    which no reader lists), fsync, rename, fsync the folder (and, for a folder
-    this call created, its parents). On object stores a single upload only
-    becomes visible when it completes.
+    which no reader lists), fsync, rename, fsync the folder and, for each folder
+    this call created, its parent. The parents are fsynced last: a journaling
+    filesystem has already committed their new entries with the file's fsync, so
+    on a new run's first segment this costs two journal commits, not five. On
+    object stores a single upload only becomes visible when it completes.
 
     >>> fs, p = open_root("/tmp/theseus-doc")
     >>> publish(fs, p + "/hello.txt", b"hi")
@@ -59,8 +61,7 @@ def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
         fs.pipe_file(path, data)
         return
     folder, name = path.rsplit("/", 1)
-    if not os.path.isdir(folder):
-        _make_folder(folder)
+    created = [] if os.path.isdir(folder) else _make_folders(folder)
     tmp = f"{folder}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
@@ -77,20 +78,26 @@ def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
             os.unlink(tmp)
         raise
     _fsync_folder(folder)
+    for new in reversed(created):  # deepest first: each new folder's entry in its parent
+        _fsync_folder(os.path.dirname(new))
 
 
-def _make_folder(folder: str) -> None:
-    """Create ``folder`` and its missing parents, fsyncing each parent so new entries survive a crash."""
+def _make_folders(folder: str) -> list[str]:
+    """Create ``folder`` and its missing parents; returns the folders made, outermost first.
+
+    Their parents still need an fsync before the new entries are durable.
+    """
     missing = []
     while not os.path.isdir(folder):
         missing.append(folder)
         folder = os.path.dirname(folder)
-    for new in reversed(missing):
+    missing.reverse()
+    for new in missing:
         try:
             os.mkdir(new)
-        except FileExistsError:
+        except FileExistsError:  # made by another writer meanwhile; its entry may not be durable yet
             pass
-        _fsync_folder(os.path.dirname(new))
+    return missing
 
 
 def _fsync_folder(folder: str) -> None:

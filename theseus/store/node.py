@@ -6,8 +6,11 @@ import base64
 import binascii
 import re
 import secrets
-from dataclasses import dataclass
-from functools import cached_property
+from itertools import repeat
+from operator import attrgetter, countOf, is_
+
+import numpy as np
+import pyarrow as pa
 
 _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
 _NONCE = re.compile(r"^[0-9a-f]{6}$")
@@ -59,8 +62,7 @@ def encode_id(name: str, nonce: str, seq: int) -> str:
     >>> encode_id("general.default.train-gpt", "949e88", 0)
     'Z2VuZXJhbC5kZWZhdWx0LnRyYWluLWdwdDo5NDllODg6MA'
     """
-    raw = f"{name}:{nonce}:{seq}".encode()
-    return binascii.b2a_base64(raw, newline=False).translate(_URLSAFE).rstrip(b"=").decode()
+    return encode_id_bytes(f"{name}:{nonce}:{seq}".encode()).decode()
 
 
 def decode_id(node_id: str) -> tuple[str, str, int]:
@@ -87,9 +89,15 @@ def decode_id(node_id: str) -> tuple[str, str, int]:
     return name, nonce, seq_int
 
 
-@dataclass(frozen=True)
+_PREVIOUS = object()  # a node's parent is the node one seq before it in its lineage (made by next())
+
+
 class Node:
-    """A moment something happened in a run.
+    """A moment something happened in a run: ``Node(name, nonce, seq, parent=None)``.
+
+    Immutable and compared by all four fields. A node made by :meth:`next` computes its
+    parent's id only when it is read, so a training loop pays nothing per step for it
+    (the writer encodes a whole flush of ids at once with :func:`node_columns`).
 
     >>> n = Node.start("train-gpt")
     >>> n.name, n.seq, n.parent
@@ -97,20 +105,25 @@ class Node:
     >>> m = n.next()
     >>> (m.seq, m.parent == n.id, m.nonce == n.nonce)
     (1, True, True)
+    >>> m == Node(m.name, m.nonce, 1, n.id)
+    True
     """
 
-    name: str
-    nonce: str
-    seq: int
-    parent: str | None = None
+    # read-only properties over private slots: assigning ``node.seq`` raises AttributeError,
+    # while next() fills a new node at the speed of plain slot stores
+    __slots__ = ("_name", "_nonce", "_seq", "_parent", "_id")
+    name = property(attrgetter("_name"), doc="The full ``project.group.run`` name.")
+    nonce = property(attrgetter("_nonce"), doc="6 hex characters naming one lineage of the run.")
+    seq = property(attrgetter("_seq"), doc="The position in the lineage (the training step).")
 
-    def __post_init__(self):
-        object.__setattr__(self, "name", normalize_name(self.name))
-        check_nonce(self.nonce)
-        if isinstance(self.seq, bool) or not isinstance(self.seq, int) or self.seq < 0:
-            raise ValueError(f"seq must be a non-negative int, got {self.seq!r}")
-        if self.parent is not None:
-            decode_id(self.parent)
+    def __init__(self, name: str, nonce: str, seq: int, parent: str | None = None):
+        name = normalize_name(name)
+        check_nonce(nonce)
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise ValueError(f"seq must be a non-negative int, got {seq!r}")
+        if parent is not None:
+            decode_id(parent)
+        self._name, self._nonce, self._seq, self._parent, self._id = name, nonce, int(seq), parent, None
 
     @classmethod
     def start(cls, name: str, parent: str | Node | None = None) -> Node:
@@ -132,10 +145,21 @@ class Node:
         name, nonce, seq = decode_id(node_id)
         return cls(name, nonce, seq, parent)
 
-    @cached_property
+    @property
     def id(self) -> str:
         """URL-safe id of this node (computed once; nodes are immutable)."""
-        return encode_id(self.name, self.nonce, self.seq)
+        node_id = self._id
+        if node_id is None:
+            node_id = self._id = encode_id(self._name, self._nonce, self._seq)
+        return node_id
+
+    @property
+    def parent(self) -> str | None:
+        """The id of the node this one follows or branches from (None at the start of a lineage)."""
+        parent = self._parent
+        if parent is _PREVIOUS:
+            parent = self._parent = encode_id(self._name, self._nonce, self._seq - 1)
+        return parent
 
     @property
     def run(self) -> str:
@@ -147,14 +171,169 @@ class Node:
         return self.name.rsplit(".", 1)[1]
 
     def next(self) -> Node:
-        """The following moment of the same lineage."""
-        # called once per training step: name, nonce and parent id are already valid, so skip
-        # __post_init__'s re-validation (a regex per name part, a base64 decode of the parent)
-        own = self.__dict__
-        parent = own.get("id")
-        if parent is None:  # what the cached ``id`` property stores, without its lock
-            parent = own["id"] = encode_id(own["name"], own["nonce"], own["seq"])
-        node = object.__new__(Node)
-        fields = node.__dict__
-        fields["name"], fields["nonce"], fields["seq"], fields["parent"] = own["name"], own["nonce"], own["seq"] + 1, parent
+        """The following moment of the same lineage.
+
+        >>> Node("a.b.c", "949e88", 4).next().seq
+        5
+        """
+        # called once per training step: name and nonce are already valid, and the parent's
+        # id is only encoded when someone reads it
+        node = _new_node(Node)
+        node._name = self._name
+        node._nonce = self._nonce
+        node._seq = self._seq + 1
+        node._parent = _PREVIOUS
+        node._id = None
         return node
+
+    def _fields(self) -> tuple[str, str, int, str | None]:
+        return self.name, self.nonce, self.seq, self.parent
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Node:
+            return NotImplemented
+        return self is other or self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return f"Node(name={self.name!r}, nonce={self.nonce!r}, seq={self.seq!r}, parent={self.parent!r})"
+
+    def __reduce__(self):
+        return Node, self._fields()
+
+    def __copy__(self) -> Node:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> Node:
+        return self
+
+
+_new_node = object.__new__
+_POW10 = 10 ** np.arange(1, 19, dtype=np.int64)  # a seq below 10**k has at most k digits
+_BASE64URL = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", np.uint8)
+
+
+def encode_ids(name: str, nonce: str, seqs: np.ndarray) -> pa.StringArray:
+    """:func:`encode_id` of every seq of one lineage at once, as an Arrow string array.
+
+    Base64 encodes 3 bytes at a time, so the whole 3-byte groups of ``name:nonce:``
+    are encoded once; only the groups that hold digits are encoded per seq.
+
+    >>> encode_ids("general.default.train-gpt", "949e88", np.array([0, 10])).to_pylist()
+    ['Z2VuZXJhbC5kZWZhdWx0LnRyYWluLWdwdDo5NDllODg6MA', 'Z2VuZXJhbC5kZWZhdWx0LnRyYWluLWdwdDo5NDllODg6MTA']
+    """
+    seqs = np.asarray(seqs, np.int64)
+    if seqs.size and seqs.min() < 0:
+        raise ValueError("seq must be non-negative")
+    prefix = f"{name}:{nonce}:".encode()
+    whole = len(prefix) - len(prefix) % 3
+    head = np.frombuffer(encode_id_bytes(prefix[:whole]), np.uint8)
+    rest = np.frombuffer(prefix[whole:], np.uint8)
+    digits = np.searchsorted(_POW10, seqs, side="right") + 1
+    widths = len(head) + (4 * (len(rest) + digits) + 2) // 3  # unpadded base64 length of each id
+    offsets = np.zeros(len(seqs) + 1, np.int64)
+    np.cumsum(widths, out=offsets[1:])
+    data = np.empty(int(offsets[-1]), np.uint8)
+    for length in np.flatnonzero(np.bincount(digits)).tolist():
+        rows = np.flatnonzero(digits == length)
+        tail = _base64url(_decimal_rows(rest, seqs[rows], length))
+        encoded = np.empty((len(rows), len(head) + tail.shape[1]), np.uint8)
+        encoded[:, :len(head)] = head
+        encoded[:, len(head):] = tail
+        if rows[-1] - rows[0] + 1 == len(rows):  # one contiguous run of rows (sorted seqs)
+            data[offsets[rows[0]]:offsets[rows[-1] + 1]] = encoded.ravel()
+        else:
+            data[(offsets[rows][:, None] + np.arange(encoded.shape[1])).ravel()] = encoded.ravel()
+    return pa.StringArray.from_buffers(len(seqs), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
+
+
+def encode_id_bytes(raw: bytes) -> bytes:
+    """URL-safe base64 of ``raw`` without padding.
+
+    >>> encode_id_bytes(b"a:b:1")
+    b'YTpiOjE'
+    """
+    return binascii.b2a_base64(raw, newline=False).translate(_URLSAFE).rstrip(b"=")
+
+
+def _decimal_rows(prefix: np.ndarray, seqs: np.ndarray, length: int) -> np.ndarray:
+    """Rows of ``prefix`` followed by each seq in ``length`` decimal digits (bytes)."""
+    raw = np.empty((len(seqs), len(prefix) + length), np.uint8)
+    raw[:, :len(prefix)] = prefix
+    rest = seqs.copy()
+    for column in range(raw.shape[1] - 1, len(prefix) - 1, -1):
+        raw[:, column] = 48 + rest % 10
+        rest //= 10
+    return raw
+
+
+def _base64url(raw: np.ndarray) -> np.ndarray:
+    """URL-safe base64 without padding of each row of a uint8 matrix."""
+    rows, width = raw.shape
+    padded = np.zeros((rows, -(-width // 3) * 3), np.uint32)
+    padded[:, :width] = raw
+    triples = padded.reshape(rows, -1, 3)
+    bits = (triples[..., 0] << 16) | (triples[..., 1] << 8) | triples[..., 2]
+    sextets = np.stack([bits >> 18, (bits >> 12) & 63, (bits >> 6) & 63, bits & 63], axis=-1).reshape(rows, -1)
+    return _BASE64URL[sextets[:, :(4 * width + 2) // 3]]
+
+
+def node_columns(nodes: list[Node]) -> tuple[np.ndarray, pa.DictionaryArray, pa.DictionaryArray]:
+    """The seqs, ids and parent ids of one lineage's nodes, one entry per node.
+
+    Ids and parent ids are dictionary arrays over one dictionary.
+
+    Nodes made by :meth:`Node.next` get their parent ids from the same vectorized
+    encoding as their own ids.
+
+    >>> a = Node("a.b.c", "949e88", 0)
+    >>> seqs, ids, parents = node_columns([a, a.next(), a.next().next()])
+    >>> seqs.tolist()
+    [0, 1, 2]
+    >>> ids.to_pylist() == [a.id, a.next().id, a.next().next().id]
+    True
+    >>> parents.to_pylist() == [None, a.id, a.next().id]
+    True
+    """
+    first, n = nodes[0], len(nodes)
+    # next() hands the same name and nonce objects on, so these counts are identity checks
+    if countOf(map(_NAME_OF, nodes), first.name) != n or countOf(map(_NONCE_OF, nodes), first.nonce) != n:
+        raise ValueError("node_columns takes the nodes of one lineage (one name and nonce)")
+    seqs = np.fromiter(map(_SEQ_OF, nodes), np.int64, n)
+    marks = list(map(_PARENT_OF, nodes))
+    if marks.count(_PREVIOUS) == n:
+        previous = np.ones(n, bool)
+    else:
+        previous = np.fromiter(map(is_, marks, repeat(_PREVIOUS, n)), bool, n)
+    wanted = np.concatenate([seqs, seqs[previous] - 1])
+    lo, hi = int(wanted.min()), int(wanted.max())
+    if hi - lo < 2 * len(wanted):  # the usual case: a dense range of seqs, coded by offset
+        unique = np.arange(lo, hi + 1)
+        node_codes = (seqs - lo).astype(np.int32)
+        parent_codes = np.where(previous, node_codes - 1, 0).astype(np.int32)
+    else:
+        unique = np.unique(wanted)
+        node_codes = np.searchsorted(unique, seqs).astype(np.int32)
+        parent_codes = np.zeros(n, np.int32)
+        parent_codes[previous] = np.searchsorted(unique, seqs[previous] - 1)
+    explicit = {}  # given parent ids (branch points, nodes read back) after the encoded ones
+    has_parent = previous.copy()
+    if not previous.all():
+        for i in np.flatnonzero(~previous).tolist():
+            if marks[i] is not None:
+                parent_codes[i] = len(unique) + explicit.setdefault(marks[i], len(explicit))
+                has_parent[i] = True
+    dictionary = encode_ids(first.name, first.nonce, unique)
+    if explicit:
+        dictionary = pa.concat_arrays([dictionary, pa.array(list(explicit), pa.string())])
+    ids = pa.DictionaryArray.from_arrays(pa.array(node_codes), dictionary)
+    parents = pa.DictionaryArray.from_arrays(pa.array(parent_codes, mask=~has_parent), dictionary)
+    return seqs, ids, parents
+
+
+_NAME_OF = attrgetter("_name")
+_NONCE_OF = attrgetter("_nonce")
+_SEQ_OF = attrgetter("_seq")
+_PARENT_OF = attrgetter("_parent")

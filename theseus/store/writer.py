@@ -1,8 +1,10 @@
 """The writer: buffers records and publishes them as immutable segments.
 
 ``write()`` only validates (once per shape of record: keys and value types) and
-appends ``(node, stamp, shape, values)`` to a list; a flush turns the pending
-records of each run into columns in one vectorized pass (``build_segment``).
+appends the node, a write stamp, the shape and the values to four lists (so a
+pending record holds no object of its own for the garbage collector to walk); a
+flush turns the pending records of each run into columns in one vectorized pass
+(``build_segment``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from operator import attrgetter, itemgetter
+from operator import attrgetter, countOf
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
 import numpy as np
@@ -19,7 +21,7 @@ import pyarrow as pa
 from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.fold import ARROW
-from theseus.store.node import Node
+from theseus.store.node import Node, node_columns
 from theseus.store.segments import encode, run_dir, segment_name
 
 if TYPE_CHECKING:
@@ -34,6 +36,32 @@ class Shape(NamedTuple):
     keys: tuple[str, ...]
     kinds: tuple[str, ...]
     ints: bool = False
+
+
+class Records(NamedTuple):
+    """Records in columns: nodes, write stamps, shapes, and all their values one record after another."""
+
+    nodes: list[Node]
+    stamps: np.ndarray
+    shapes: list[Shape]
+    values: list
+
+    def take(self, rows: list[int]) -> Records:
+        """The records at ``rows``, in that order.
+
+        >>> s = Shape(("a",), ("float",))
+        >>> Records([None, None], np.array([1, 2]), [s, s], [0.5, 1.5]).take([1]).values
+        [1.5]
+        """
+        starts = self.starts()
+        values = [v for i in rows for v in self.values[starts[i]:starts[i + 1]]]
+        return Records([self.nodes[i] for i in rows], self.stamps[rows], [self.shapes[i] for i in rows], values)
+
+    def starts(self) -> np.ndarray:
+        """Where each record's values start in ``values`` (and where the last one ends)."""
+        starts = np.zeros(len(self.shapes) + 1, np.int64)
+        np.cumsum([len(shape.keys) for shape in self.shapes], out=starts[1:])
+        return starts
 
 
 _JOB = Shape((schema.JOB, schema.CONFIG, schema.STATUS), ("str", "str", "str"))
@@ -65,11 +93,15 @@ class Writer:
         self.store = store
         self.id = secrets.token_hex(4)
         self.flush_interval = flush_interval
-        self._pending: list[tuple[Node, int, Shape, tuple]] = []  # only appended to, and cut from the front
+        # pending records in columns, only appended to (shape last) and cut from the front
+        self._nodes: list[Node] = []
+        self._stamps: list[int] = []
+        self._shapes: list[Shape] = []
+        self._values: list = []  # each record's values, one record after another
         self._flush_lock = threading.Lock()
         self._known: dict[str, str] | None = None
         self._seen: dict[tuple, Shape] = {}  # (keys, python types) already validated -> shape
-        self._shapes: dict[Shape, Shape] = {}  # one object per shape, so records compare by identity
+        self._interned: dict[Shape, Shape] = {}  # one object per shape, so records compare by identity
         self._last_stamp = 0
         self._counter = 0
         self._closed = False
@@ -85,11 +117,14 @@ class Writer:
         if type(values) is dict and type(node) is Node and not self._closed:
             # a training loop logs the same keys with the same types every step: validate a
             # (keys, types) signature once, then only append
-            vals = tuple(values.values())
-            shape = self._seen.get((tuple(values), tuple(map(type, vals))))
+            shape = self._seen.get((tuple(values), tuple(map(type, values.values()))))
             if shape is not None and (not shape.ints or all(
-                    -(2**63) <= v < 2**63 for v, k in zip(vals, shape.kinds) if k == "int")):
-                self._pending.append((node, time.time_ns(), shape, vals))  # atomic; stamps ordered at flush
+                    -(2**63) <= v < 2**63 for v, k in zip(values.values(), shape.kinds) if k == "int")):
+                # each append is atomic; the shape goes last, as a flush counts records by shapes
+                self._values.extend(values.values())
+                self._nodes.append(node)
+                self._stamps.append(time.time_ns())  # made strictly increasing at flush
+                self._shapes.append(shape)
                 return
         items = self._check_user(node, values)
         if items:
@@ -126,15 +161,20 @@ class Writer:
         """Publish every pending record; durable when this returns."""
         self._raise_background_error()
         with self._flush_lock:
-            pending = self._pending
-            batch = pending[:len(pending)]
-            if not batch:
+            n = len(self._shapes)  # records appended meanwhile stay for the next flush
+            if not n:
                 return
-            del pending[:len(batch)]  # records appended meanwhile stay for the next flush
+            shapes = self._shapes[:n]
+            width = len(shapes[0].keys) * n if shapes.count(shapes[0]) == n else sum(len(s.keys) for s in shapes)
+            columns = (self._nodes, self._stamps, self._shapes, self._values)
+            taken = [column[:count] for column, count in zip(columns, (n, n, n, width))]
+            for column, count in zip(columns, (n, n, n, width)):
+                del column[:count]
             try:
-                self._publish(batch)
+                self._publish(*taken)
             except BaseException:
-                pending[:0] = batch
+                for column, part in zip(columns, taken):
+                    column[:0] = part
                 raise
 
     def close(self) -> None:
@@ -190,10 +230,13 @@ class Writer:
 
     def _shape(self, keys: tuple[str, ...], kinds: tuple[str, ...]) -> Shape:
         shape = Shape(keys, kinds, "int" in kinds)
-        return self._shapes.setdefault(shape, shape)
+        return self._interned.setdefault(shape, shape)
 
     def _append(self, node: Node, shape: Shape, values: tuple) -> None:
-        self._pending.append((node, time.time_ns(), shape, values))
+        self._values.extend(values)
+        self._nodes.append(node)
+        self._stamps.append(time.time_ns())
+        self._shapes.append(shape)
 
     def _commit(self, node: Node, shape: Shape, values: tuple) -> None:
         self._append(self._check_node(node), shape, values)
@@ -204,7 +247,7 @@ class Writer:
             self._wake.wait(self.flush_interval)
             if self._closed:
                 return
-            if self._pending:
+            if self._shapes:
                 try:
                     self.flush()
                 except BaseException as e:  # surfaced on the next call
@@ -215,34 +258,37 @@ class Writer:
             error, self._error = self._error, None
             raise RuntimeError(f"background flush failed: {error}") from error
 
-    def _publish(self, batch: list) -> None:
+    def _publish(self, nodes: list[Node], clock: list[int], shapes: list[Shape], values: list) -> None:
         # write stamps strictly increase in record order across the writer's life:
         # s[i] = max(clock[i], s[i - 1] + 1), as a running maximum of clock[i] - i
-        steps = np.arange(len(batch))
-        lifted = np.fromiter(map(itemgetter(1), batch), np.int64, len(batch)) - steps
+        steps = np.arange(len(nodes))
+        lifted = np.array(clock, np.int64) - steps
         lifted[0] = max(lifted[0], self._last_stamp + 1)
         stamps = np.maximum.accumulate(lifted) + steps
-        first = batch[0][0]
-        if all(r[0].nonce == first.nonce and r[0].name == first.name for r in batch):
-            runs = {(first.name, first.nonce): (batch, stamps)}
+        records = Records(nodes, stamps, shapes, values)
+        first = nodes[0]
+        if countOf(map(_NAME, nodes), first.name) == len(nodes) and countOf(map(_NONCE, nodes), first.nonce) == len(nodes):
+            runs = {(first.name, first.nonce): records}
         else:
             where: dict[tuple[str, str], list[int]] = {}
-            for i, record in enumerate(batch):
-                where.setdefault((record[0].name, record[0].nonce), []).append(i)
-            runs = {run: ([batch[i] for i in ix], stamps[ix]) for run, ix in where.items()}
+            for i, node in enumerate(nodes):
+                where.setdefault((node.name, node.nonce), []).append(i)
+            runs = {run: records.take(rows) for run, rows in where.items()}
         fs, root = self.store.fs, self.store.path()
-        for (name, nonce), (records, run_stamps) in runs.items():
-            table, keys, index = build_segment(records, self.id, run_stamps)
+        for (name, nonce), run_records in runs.items():
+            table, keys, index = build_segment(run_records, self.id)
             self._counter += 1  # before publishing: a retried flush never reuses a name
-            path = f"{run_dir(root, name, nonce)}/{segment_name(int(run_stamps[-1]), self.id, self._counter)}"
+            path = f"{run_dir(root, name, nonce)}/{segment_name(int(run_records.stamps[-1]), self.id, self._counter)}"
             rootfs.publish(fs, path, encode(table, keys, index))
         self._last_stamp = int(stamps[-1])
 
 
-def build_segment(records: list, writer: str, stamps: np.ndarray | None = None) -> tuple[pa.Table, dict[str, str], dict]:
-    """Columns, ``{key: type}`` and block index of one run's records ``(node, stamp, shape, values)``.
+_NAME = attrgetter("name")
+_NONCE = attrgetter("nonce")
 
-    ``stamps`` replaces the records' own stamps (the writer's, made strictly increasing).
+
+def build_segment(records: Records, writer: str) -> tuple[pa.Table, dict[str, str], dict]:
+    """Columns, ``{key: type}`` and block index of one run's records.
 
     Rows are key-major (each key's rows contiguous, ordered by seq then write
     order), so a reader slices a key without grouping. Node ids, parents, keys
@@ -250,34 +296,72 @@ def build_segment(records: list, writer: str, stamps: np.ndarray | None = None) 
 
     >>> n = Node("doc", "949e88", 0)
     >>> s = Shape(("a", "b"), ("float", "int"), True)
-    >>> table, keys, index = build_segment([(n, 7, s, (1.5, 2)), (n.next(), 8, s, (2.5, 3))], "w1")
+    >>> table, keys, index = build_segment(Records([n, n.next()], np.array([7, 8]), [s, s], [1.5, 2, 2.5, 3]), "w1")
     >>> table["float"].to_pylist(), table["int"].to_pylist(), keys
     ([1.5, 2.5, None, None], [None, None, 2, 3], {'a': 'float', 'b': 'int'})
     >>> index["blocks"]["b"]
     [2, 4, 0, 1, 2, ['int']]
     """
-    n = len(records)
-    nodes = list(map(itemgetter(0), records))
-    ids = pa.array(list(map(attrgetter("id"), nodes)), pa.string())
-    parents = pa.array(list(map(attrgetter("parent"), nodes)), pa.string())
-    has_parent = parents.is_valid().to_numpy(zero_copy_only=False)
-    parents = parents.fill_null("")
-    seqs = np.fromiter(map(attrgetter("seq"), nodes), np.int64, n)
-    if stamps is None:
-        stamps = np.fromiter(map(itemgetter(1), records), np.int64, n)
+    n = len(records.nodes)
+    seqs, ids, parents = node_columns(records.nodes)
+    stamps = records.stamps
 
-    first = records[0][2]
-    if all(r[2] is first for r in records):
-        groups = [(first, np.arange(n), records)]
+    first = records.shapes[0]
+    if records.shapes.count(first) == n:
+        groups = [(first, np.arange(n))]
     else:
         by_shape: dict[Shape, list[int]] = {}
-        for i, r in enumerate(records):
-            by_shape.setdefault(r[2], []).append(i)
-        groups = [(shape, np.array(ix), [records[i] for i in ix]) for shape, ix in by_shape.items()]
+        for i, shape in enumerate(records.shapes):
+            by_shape.setdefault(shape, []).append(i)
+        groups = [(shape, np.array(rows)) for shape, rows in by_shape.items()]
+    if len(groups) == 1 and all(kind == "float" for kind in first.kinds) and bool((seqs[1:] >= seqs[:-1]).all()):
+        rows, columns, keys, blocks = _float_blocks(first, records.values, seqs)
+    else:
+        rows, columns, keys, blocks = _blocks(groups, records, seqs)
+    index = pa.array(rows.astype(np.int32))
+    key_codes = np.repeat(np.arange(len(blocks), dtype=np.int32), [b[1] - b[0] for b in blocks.values()])
+    table = pa.Table.from_arrays(
+        [
+            ids.take(index),
+            pa.array(seqs[rows]),
+            parents.take(index),
+            pa.array(stamps[rows]),
+            pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(rows), np.int32)), pa.array([writer])),
+            pa.DictionaryArray.from_arrays(pa.array(key_codes), pa.array(list(blocks))),
+            *[pa.chunked_array(columns[t], ARROW[t]) for t in ARROW],
+        ],
+        names=list(schema.SEGMENT_SCHEMA.names),
+    )
+    return table, keys, {"stamps": [int(stamps.min()), int(stamps.max())], "blocks": blocks}
+
+
+def _float_blocks(shape: Shape, values: list, seqs: np.ndarray) -> tuple[np.ndarray, dict, dict, dict]:
+    """:func:`_blocks` for the usual flush: one shape of float keys, seqs in order.
+
+    >>> s = Shape(("a", "b"), ("float", "float"))
+    >>> rows, columns, keys, blocks = _float_blocks(s, [1.0, 2.0, 3.0, 4.0], np.array([5, 6]))
+    >>> rows.tolist(), columns["float"][0].to_pylist(), blocks["b"]
+    ([0, 1, 0, 1], [1.0, 3.0, 2.0, 4.0], [2, 4, 5, 6, 2, ['float']])
+    """
+    n, width = len(seqs), len(shape.keys)
+    matrix = np.array(values, np.float64).reshape(n, width)
+    distinct = int(np.count_nonzero(seqs[1:] != seqs[:-1])) + 1
+    blocks = {key: [i * n, (i + 1) * n, int(seqs[0]), int(seqs[-1]), distinct, ["float"]] for i, key in enumerate(shape.keys)}
+    columns = {kind: [pa.nulls(n * width, arrow_type)] for kind, arrow_type in ARROW.items()}
+    columns["float"] = [pa.array(matrix.T.ravel())]
+    return np.tile(np.arange(n), width), columns, dict.fromkeys(shape.keys, "float"), blocks
+
+
+def _blocks(groups: list[tuple[Shape, np.ndarray]], records: Records, seqs: np.ndarray) -> tuple[np.ndarray, dict, dict, dict]:
+    """Key-major rows of records grouped by shape: ``(rows, {type: [column chunks]}, keys, blocks)``.
+
+    ``rows`` gives the record of each row; each key's rows are ordered by seq, then write order.
+    """
     chunks: dict[str, list[tuple[np.ndarray, str, pa.Array]]] = {}
-    for shape, where, rows in groups:
-        for key, kind, column in zip(shape.keys, shape.kinds, zip(*[r[3] for r in rows])):
-            chunks.setdefault(key, []).append((where, kind, pa.array(column, ARROW[kind])))
+    starts = None if len(groups) == 1 else records.starts()
+    for shape, where in groups:
+        for key, kind, column in zip(shape.keys, shape.kinds, _columns(shape, records.values, None if starts is None else starts[where])):
+            chunks.setdefault(key, []).append((where, kind, column))
 
     rows_of, columns = [], {t: [] for t in ARROW}
     keys: dict[str, str] = {}
@@ -305,20 +389,26 @@ def build_segment(records: list, writer: str, stamps: np.ndarray | None = None) 
         blocks[key] = [start, stop, int(seq[0]), int(seq[-1]), distinct, used]
         rows_of.append(where)
         start = stop
+    return np.concatenate(rows_of) if len(rows_of) > 1 else rows_of[0], columns, keys, blocks
 
-    rows = np.concatenate(rows_of) if len(rows_of) > 1 else rows_of[0]
-    index = pa.array(rows.astype(np.int32))
-    key_codes = np.repeat(np.arange(len(blocks), dtype=np.int32), [b[1] - b[0] for b in blocks.values()])
-    table = pa.Table.from_arrays(
-        [
-            pa.DictionaryArray.from_arrays(index, ids),
-            pa.array(seqs[rows]),
-            pa.DictionaryArray.from_arrays(pa.array(rows.astype(np.int32), mask=~has_parent[rows]), parents),
-            pa.array(stamps[rows]),
-            pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(rows), np.int32)), pa.array([writer])),
-            pa.DictionaryArray.from_arrays(pa.array(key_codes), pa.array(list(blocks))),
-            *[pa.chunked_array(columns[t], ARROW[t]) for t in ARROW],
-        ],
-        names=list(schema.SEGMENT_SCHEMA.names),
-    )
-    return table, keys, {"stamps": [int(stamps.min()), int(stamps.max())], "blocks": blocks}
+
+def _columns(shape: Shape, values: list, starts: np.ndarray | None) -> list[pa.Array]:
+    """One Arrow array per key of ``shape``: from ``values`` holding only records of that
+    shape one after another (``starts`` None), or from the records starting at ``starts``.
+
+    >>> s = Shape(("a", "b"), ("float", "float"))
+    >>> [c.to_pylist() for c in _columns(s, [1.0, 2.0, 3.0, 4.0], None)]
+    [[1.0, 3.0], [2.0, 4.0]]
+    >>> [c.to_pylist() for c in _columns(s, [9, 1.0, 2.0, 3.0, 4.0], np.array([1, 3]))]
+    [[1.0, 3.0], [2.0, 4.0]]
+    """
+    width = len(shape.keys)
+    if starts is None and all(kind == "float" for kind in shape.kinds):  # the usual metrics: one numpy pass
+        return [pa.array(column) for column in np.array(values, np.float64).reshape(-1, width).T.copy()]
+    if starts is None:
+        starts = np.arange(0, len(values), width)
+    out = []
+    for offset, kind in enumerate(shape.kinds):
+        column = [values[i] for i in (starts + offset).tolist()]
+        out.append(pa.array(column, ARROW[kind]))
+    return out
