@@ -112,12 +112,14 @@ class Store:
         """Merge each run's small segments into one (crash-safe), then refresh the view.
 
         Returns ``{"name/nonce": segments merged}``. The view (``theseus.store.view``) is
-        rebuilt from the whole log unless the newest one already covers it exactly.
+        rebuilt from the whole log unless the newest one already covers it exactly (and,
+        where folder ctimes prove listings, records them: views from before did not).
         """
         merged = compact(self, name, nonce)
         view = self._view()
         runs = self._runs()
-        if view is None or len(view.runs) != len(runs) or not all(view.covers(run, paths) for run, paths in runs.items()):
+        if (view is None or len(view.runs) != len(runs) or not all(view.covers(run, paths) for run, paths in runs.items())
+                or (view.listing is None and self._listings.enabled)):
             build_view(self)
         return merged
 
