@@ -280,10 +280,23 @@ def _base64url(raw: np.ndarray) -> np.ndarray:
     return _BASE64URL[sextets[:, :(4 * width + 2) // 3]]
 
 
-def node_columns(nodes: list[Node]) -> tuple[np.ndarray, pa.DictionaryArray, pa.DictionaryArray]:
+def same_lineage(nodes: list[Node]) -> bool:
+    """True when every node has the first one's name and nonce.
+
+    >>> a = Node("a.b.c", "949e88", 0)
+    >>> same_lineage([a, a.next()]), same_lineage([a, Node("a.b.c", "949e89", 0)])
+    (True, False)
+    """
+    # next() hands the same name and nonce objects on, so these counts are mostly identity checks
+    first, n = nodes[0], len(nodes)
+    return countOf(map(_NAME_OF, nodes), first.name) == n and countOf(map(_NONCE_OF, nodes), first.nonce) == n
+
+
+def node_columns(nodes: list[Node], check: bool = True) -> tuple[np.ndarray, pa.DictionaryArray, pa.DictionaryArray]:
     """The seqs, ids and parent ids of one lineage's nodes, one entry per node.
 
-    Ids and parent ids are dictionary arrays over one dictionary.
+    Ids and parent ids are dictionary arrays over one dictionary. ``check=False`` skips
+    checking that the nodes are of one lineage, for a caller that grouped them so.
 
     Nodes made by :meth:`Node.next` get their parent ids from the same vectorized
     encoding as their own ids.
@@ -298,8 +311,7 @@ def node_columns(nodes: list[Node]) -> tuple[np.ndarray, pa.DictionaryArray, pa.
     True
     """
     first, n = nodes[0], len(nodes)
-    # next() hands the same name and nonce objects on, so these counts are identity checks
-    if countOf(map(_NAME_OF, nodes), first.name) != n or countOf(map(_NONCE_OF, nodes), first.nonce) != n:
+    if check and not same_lineage(nodes):
         raise ValueError("node_columns takes the nodes of one lineage (one name and nonce)")
     seqs = np.fromiter(map(_SEQ_OF, nodes), np.int64, n)
     marks = list(map(_PARENT_OF, nodes))

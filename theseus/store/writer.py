@@ -12,7 +12,6 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from operator import attrgetter, countOf
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
 import numpy as np
@@ -21,7 +20,7 @@ import pyarrow as pa
 from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.fold import ARROW
-from theseus.store.node import Node, node_columns
+from theseus.store.node import Node, node_columns, same_lineage
 from theseus.store.segments import encode, run_dir, segment_name
 
 if TYPE_CHECKING:
@@ -100,7 +99,7 @@ class Writer:
         self._values: list = []  # each record's values, one record after another
         self._flush_lock = threading.Lock()
         self._known: dict[str, str] | None = None
-        self._seen: dict[tuple, Shape] = {}  # (keys, python types) already validated -> shape
+        self._seen: dict[tuple, Shape] = {}  # (*keys, *python types) already validated -> shape
         self._interned: dict[Shape, Shape] = {}  # one object per shape, so records compare by identity
         self._last_stamp = 0
         self._counter = 0
@@ -117,11 +116,12 @@ class Writer:
         if type(values) is dict and type(node) is Node and not self._closed:
             # a training loop logs the same keys with the same types every step: validate a
             # (keys, types) signature once, then only append
-            shape = self._seen.get((tuple(values), tuple(map(type, values.values()))))
+            given = values.values()
+            shape = self._seen.get((*values, *map(type, given)))
             if shape is not None and (not shape.ints or all(
-                    -(2**63) <= v < 2**63 for v, k in zip(values.values(), shape.kinds) if k == "int")):
+                    -(2**63) <= v < 2**63 for v, k in zip(given, shape.kinds) if k == "int")):
                 # each append is atomic; the shape goes last, as a flush counts records by shapes
-                self._values.extend(values.values())
+                self._values.extend(given)
                 self._nodes.append(node)
                 self._stamps.append(time.time_ns())  # made strictly increasing at flush
                 self._shapes.append(shape)
@@ -133,7 +133,7 @@ class Writer:
             if type(values) is dict and len(items) == len(values):  # nothing dropped (no None values)
                 types = tuple(map(type, values.values()))
                 if all(t in _PYTYPE for t in types):
-                    self._seen[(tuple(values), types)] = shape
+                    self._seen[(*values, *types)] = shape
 
     def job(self, node: Node, key: str, config_yaml: str) -> None:
         """Record the job key and its config (YAML text) for ``node``; durable on return."""
@@ -267,7 +267,7 @@ class Writer:
         stamps = np.maximum.accumulate(lifted) + steps
         records = Records(nodes, stamps, shapes, values)
         first = nodes[0]
-        if countOf(map(_NAME, nodes), first.name) == len(nodes) and countOf(map(_NONCE, nodes), first.nonce) == len(nodes):
+        if same_lineage(nodes):
             runs = {(first.name, first.nonce): records}
         else:
             where: dict[tuple[str, str], list[int]] = {}
@@ -283,12 +283,8 @@ class Writer:
         self._last_stamp = int(stamps[-1])
 
 
-_NAME = attrgetter("name")
-_NONCE = attrgetter("nonce")
-
-
 def build_segment(records: Records, writer: str) -> tuple[pa.Table, dict[str, str], dict]:
-    """Columns, ``{key: type}`` and block index of one run's records.
+    """Columns, ``{key: type}`` and block index of one run's records (the caller groups them by run).
 
     Rows are key-major (each key's rows contiguous, ordered by seq then write
     order), so a reader slices a key without grouping. Node ids, parents, keys
@@ -303,7 +299,7 @@ def build_segment(records: Records, writer: str) -> tuple[pa.Table, dict[str, st
     [2, 4, 0, 1, 2, ['int']]
     """
     n = len(records.nodes)
-    seqs, ids, parents = node_columns(records.nodes)
+    seqs, ids, parents = node_columns(records.nodes, check=False)
     stamps = records.stamps
 
     first = records.shapes[0]
@@ -344,7 +340,7 @@ def _float_blocks(shape: Shape, values: list, seqs: np.ndarray) -> tuple[np.ndar
     ([0, 1, 0, 1], [1.0, 3.0, 2.0, 4.0], [2, 4, 5, 6, 2, ['float']])
     """
     n, width = len(seqs), len(shape.keys)
-    matrix = np.array(values, np.float64).reshape(n, width)
+    matrix = np.fromiter(values, np.float64, n * width).reshape(n, width)
     distinct = int(np.count_nonzero(seqs[1:] != seqs[:-1])) + 1
     blocks = {key: [i * n, (i + 1) * n, int(seqs[0]), int(seqs[-1]), distinct, ["float"]] for i, key in enumerate(shape.keys)}
     columns = {kind: [pa.nulls(n * width, arrow_type)] for kind, arrow_type in ARROW.items()}
