@@ -6,6 +6,7 @@ import polars as pl
 import pytest
 
 from theseus.store import CorruptSegment, Node, Store
+from theseus.store.scope import FEW_SEGMENTS, Scope
 from theseus.store.view import list_views
 
 
@@ -131,7 +132,29 @@ def test_corrupt_view_is_named(tmp_path):
     data = open(view, "rb").read()
     open(view, "wb").write(data[: len(data) // 2])
     with pytest.raises(CorruptSegment, match=os.path.basename(view) + r".*theseus compact"):
-        Store(tmp_path).find().nonce(a.nonce).all()
+        Store(tmp_path).find().all()  # reads the view (a lineage of few segments folds from the log)
+    assert [n.seq for n in Store(tmp_path).find().nonce(a.nonce).all()] == [0, 1]
+
+
+def test_a_lineage_of_few_segments_folds_from_the_log_and_answers_as_the_view(tmp_path):
+    store = Store(tmp_path)
+    nodes = [Node.start(f"proj.view.few{i}") for i in range(3)]
+    for n in nodes:
+        write_steps(store, n, 3)
+    store.compact()
+    many = Node.start("proj.view.many")
+    for i in range(FEW_SEGMENTS + 1):  # more segments than FEW_SEGMENTS: the view is read
+        with store.writer() as w:
+            w.write(many.next() if i else many, {"loss": float(i)})
+    store.compact(nonce="zzzzzz")  # nothing merged; the view is rebuilt to cover the new run
+    assert Scope(store, nonce=nodes[0].nonce).view is None
+    assert Scope(store, nonce=many.nonce).in_view  # read from the view
+    assert store.find().nonce(many.nonce).select(keys=["loss"]) == [{"loss": 0.0}, {"loss": float(FEW_SEGMENTS)}]
+    for n in nodes:
+        narrow = store.find().nonce(n.nonce).select(keys=["loss"])
+        wide = [r for r, m in zip(store.find().select(keys=["loss"]), store.find().has("loss").all())
+                if m.nonce == n.nonce]
+        assert narrow == wide and len(narrow) == 3
 
 
 def test_a_segment_without_block_index_is_read_and_compacted(tmp_path):

@@ -1,6 +1,8 @@
 """A scope: the runs one query reads, listed once, folded into one row per node.
 
-Each run of the scope is read from one of two places:
+Each run of the scope is read from one of two places (a lineage of at most
+``FEW_SEGMENTS`` segments always from the log: folding them costs less than
+parsing the view's footer):
 
 - the newest view (``theseus.store.view``), when the run's segments are exactly
   those the view folded, or when every other segment is newer than all of them
@@ -23,6 +25,8 @@ from theseus.store.view import View, scan_view, stored_columns, view_columns
 if TYPE_CHECKING:
     from theseus.store.store import Store
 
+FEW_SEGMENTS = 8  # a lineage with up to this many segments is folded from the log, not read from the view
+
 
 class Scope:
     """The segments of the runs matching a name and nonce glob, and the newest view.
@@ -38,12 +42,21 @@ class Scope:
 
     def __init__(self, store: Store, name: str = "*", nonce: str = "*"):
         self.store = store
-        matches = "\x00" not in name + nonce
-        view = store._view() if matches else None  # first: its record of the log spares listing unchanged folders
-        self.runs = store._runs(name, nonce) if matches else {}
-        self.view: View | None = view if self.runs else None
         self.in_view: dict[tuple[str, str], int] = {}  # run -> view run number
         self.newer: dict[tuple[str, str], list[str]] = {}  # view run -> its segments newer than the view
+        self.runs: dict[tuple[str, str], list[str]] = {}
+        self.view: View | None = None
+        if "\x00" in name + nonce:
+            return
+        if not any(c in nonce for c in "*?["):  # one lineage: list it first, it may not need the view
+            self.runs = store._runs(name, nonce)
+            if sum(len(paths) for paths in self.runs.values()) <= FEW_SEGMENTS:
+                return  # a few segments fold faster than the view's footer parses (same answer)
+            view = store._view()
+        else:
+            view = store._view()  # first: its record of the log spares listing unchanged folders
+            self.runs = store._runs(name, nonce)
+        self.view = view if self.runs else None
         view = self.view
         for run, paths in self.runs.items():
             number = view.runs.get(run) if view is not None else None
