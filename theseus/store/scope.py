@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable
 import polars as pl
 
 from theseus.store.fold import DTYPES, WRITTEN, fold_run, with_identity
-from theseus.store.segments import union_keys
+from theseus.store.segments import is_glob, union_keys
 from theseus.store.view import View, scan_view, stored_columns, view_columns
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class Scope:
         self.view: View | None = None
         if "\x00" in name + nonce:
             return
-        if not any(c in nonce for c in "*?["):  # one lineage: list it first, it may not need the view
+        if not is_glob(nonce):  # one lineage: list it first, it may not need the view
             self.runs = store._runs(name, nonce)
             if sum(len(paths) for paths in self.runs.values()) <= FEW_SEGMENTS:
                 return  # a few segments fold faster than the view's footer parses (same answer)

@@ -11,6 +11,12 @@ Every segment has the columns of ``schema.SEGMENT_SCHEMA`` and two footer entrie
 
 A segment without ``theseus.index`` (written by hand, or by an older theseus) is
 still read: its blocks are computed in memory.
+
+Segments are found by listing ``log/name=*/nonce=*/`` on every query. On local
+filesystems whose folder ctimes move with every entry added or removed (ext4, xfs,
+btrfs, tmpfs...), :class:`Listings` reuses a folder's listing while its ctime is
+unchanged (one ``stat`` instead of a listing), and a view records the ctimes of the
+folders it saw (:func:`record_listings`) for Stores that have listed nothing yet.
 """
 
 from __future__ import annotations
@@ -172,12 +178,12 @@ def list_runs(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", nonce: 
     now = time.time_ns()  # before any folder is stat'ed
     log = f"{root}/{LOG}"
     runs = {}
-    literal = not _is_glob(nonce)
-    access, exists = os.access, os.F_OK
-    for name_dir in _matching(listings, now, log, "name=", name, not _is_glob(name)):
+    literal = not is_glob(nonce)
+    access, exists, probe = os.access, os.F_OK, f"nonce={nonce}"
+    for name_dir in _matching(listings, now, log, "name=", name, not is_glob(name)):
         base = f"{log}/{name_dir}/"
         if literal:  # one nonce: probe each name's folder for it (the common point query)
-            nonce_dirs = [f"nonce={nonce}"] if access(f"{base}nonce={nonce}", exists) else []
+            nonce_dirs = [probe] if access(base + probe, exists) else []
         else:
             nonce_dirs = _matching(listings, now, base[:-1], "nonce=", nonce, False)
         for nonce_dir in nonce_dirs:
@@ -192,7 +198,12 @@ def _published(folder: str, names: list[str]) -> tuple[str, ...]:
     return tuple(f"{folder}/{f}" for f in sorted(names) if f[0] != "." and f.endswith(".parquet"))
 
 
-def _is_glob(pattern: str) -> bool:
+def is_glob(pattern: str) -> bool:
+    """True when a name or nonce pattern matches more than itself.
+
+    >>> is_glob("a.b.*"), is_glob("949e88")
+    (True, False)
+    """
     return any(c in pattern for c in "*?[")
 
 
@@ -206,7 +217,7 @@ def _matching(listings: Listings, now: int, folder: str, prefix: str, glob: str,
     return [e for e in entries if fnmatch.fnmatchcase(e[len(prefix):], glob)]
 
 
-_prefixed = {p: (lambda folder, names, p=p: tuple(sorted(e for e in names if e.startswith(p)))) for p in ("name=", "nonce=")}
+_prefixed = {p: (lambda folder, names, p=p: tuple(sorted([e for e in names if e.startswith(p)]))) for p in ("name=", "nonce=")}
 
 # Kernel filesystems whose folder ctime changes on every entry added or removed and cannot be
 # set from user space. FUSE (gcsfuse reports fixed times), NFS (cached attributes) and other
