@@ -50,7 +50,7 @@ def test_cached_listing_sees_new_segments_runs_and_names(tmp_path):
     assert _losses(store) == [1.0, 2.0]
     m = Node("general.default.old", "abcdef", 0)  # a new nonce folder under a cached name folder
     _write(store, m, 3.0)
-    assert _losses(store) == [1.0, 2.0, 3.0]
+    assert sorted(_losses(store)) == [1.0, 2.0, 3.0]
     _write(store, Node.start("other"), 4.0)  # a new name folder under a cached log folder
     assert sorted(_losses(store)) == [1.0, 2.0, 3.0, 4.0]
 

@@ -180,14 +180,14 @@ def list_runs(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", nonce: 
     runs = {}
     literal = not is_glob(nonce)
     access, exists, probe = os.access, os.F_OK, f"nonce={nonce}"
-    for name_dir in _matching(listings, now, log, "name=", name, not is_glob(name)):
+    for name_dir in _matching(listings, now, log, (), "name=", name, not is_glob(name)):
         base = f"{log}/{name_dir}/"
         if literal:  # one nonce: probe each name's folder for it (the common point query)
             nonce_dirs = [probe] if access(base + probe, exists) else []
         else:
-            nonce_dirs = _matching(listings, now, base[:-1], "nonce=", nonce, False)
+            nonce_dirs = _matching(listings, now, base[:-1], (name_dir[5:],), "nonce=", nonce, False)
         for nonce_dir in nonce_dirs:
-            files = listings.get(base + nonce_dir, _published, now)
+            files = listings.get(base + nonce_dir, _published, now, (name_dir[5:], nonce_dir[6:]))
             if files:
                 runs[(name_dir[5:], nonce_dir[6:])] = list(files)
     return runs
@@ -207,11 +207,11 @@ def is_glob(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
 
 
-def _matching(listings: Listings, now: int, folder: str, prefix: str, glob: str, literal: bool) -> list[str]:
-    """Entries ``prefix + value`` of ``folder`` whose value matches ``glob``, sorted."""
+def _matching(listings: Listings, now: int, folder: str, key: tuple, prefix: str, glob: str, literal: bool) -> list[str]:
+    """Entries ``prefix + value`` of ``folder`` (seed key ``key``) whose value matches ``glob``, sorted."""
     if literal:
         return [prefix + glob] if os.access(f"{folder}/{prefix}{glob}", os.F_OK) else []
-    entries = listings.get(folder, _prefixed[prefix], now)
+    entries = listings.get(folder, _prefixed[prefix], now, key)
     if glob == "*":
         return entries
     return [e for e in entries if fnmatch.fnmatchcase(e[len(prefix):], glob)]
@@ -255,7 +255,7 @@ class Listings:
 
     def __init__(self, root: str | None, seed=None):
         self.root = root
-        self.seed = seed  # seed(folder, prepare) -> (ctime_ns, value) or None
+        self.seed = seed  # seed(key, folder) -> (ctime_ns, value) or None, as RecordedListings
         self._enabled: bool | None = None if root is not None else False
         self._known: dict[tuple[str, object], tuple[int, int, object]] = {}  # (folder, prepare) -> (inode, ctime, value)
 
@@ -266,12 +266,13 @@ class Listings:
             self._enabled = ctime_proves_listings(self.root)
         return bool(self._enabled)
 
-    def get(self, folder: str, prepare, now: int | None = None):
+    def get(self, folder: str, prepare, now: int | None = None, key: tuple | None = None):
         """``prepare(folder, names)`` of the folder's entries (an empty list for a missing folder).
 
-        ``now``: ``time.time_ns()`` taken before this call (default: now).
+        ``now``: ``time.time_ns()`` taken before this call (default: now); ``key``: the
+        folder's key for ``seed`` (None: not a log folder).
         """
-        if not self.enabled:
+        if not (self._enabled or self.enabled):
             return prepare(folder, _scandir(folder))
         now = time.time_ns() if now is None else now
         try:
@@ -281,8 +282,8 @@ class Listings:
         known = self._known.get((folder, prepare))
         if known is not None and known[0] == st.st_ino and known[1] == st.st_ctime_ns:
             return known[2]
-        if self.seed is not None:
-            seeded = self.seed(folder, prepare)
+        if self.seed is not None and key is not None:
+            seeded = self.seed(key, folder)
             if seeded is not None and seeded[0] == st.st_ctime_ns:
                 return seeded[1]
         value = prepare(folder, _scandir(folder))
@@ -326,44 +327,35 @@ def record_listings(listings: Listings, root: str, runs: dict[tuple[str, str], l
 
 
 class RecordedListings:
-    """A :class:`Listings` seed from :func:`record_listings`' record: ``(ctime, value)`` of a
-    log folder as it was recorded, for the caller to trust only if its ctime is unchanged.
+    """A :class:`Listings` seed from :func:`record_listings`' record: ``(ctime, value)`` a log
+    folder had when recorded, for the caller to trust only if the folder's ctime is unchanged.
 
-    ``runs`` and ``segments`` are the recorded runs and their segment file names, in order.
+    ``runs`` maps each recorded run to its number, ``segments`` (per number) its file names.
+    Folders are named by key: ``()`` for ``log/``, ``(name,)`` and ``(name, nonce)``.
     """
 
-    def __init__(self, root: str, record: dict, runs: list[tuple[str, str]], segments: list[list[str]]):
-        self.log = f"{root}/{LOG}"
+    def __init__(self, record: dict, runs: dict[tuple[str, str], int], segments: list[list[str]]):
         self.record, self.runs, self.segments = record, runs, segments
-        self._number: dict[tuple[str, str], int] | None = None
-        self._nonces: dict[str, list[str]] | None = None
+        self._nonces: dict[str, tuple[str, ...]] | None = None
 
-    def __call__(self, folder: str, prepare) -> tuple[int, object] | None:
-        if not folder.startswith(self.log):
+    def __call__(self, key: tuple, folder: str) -> tuple[int, tuple[str, ...]] | None:
+        if len(key) == 2:
+            number = self.runs.get(key)
+            ctime = None if number is None else self.record["runs"][number]
+            return None if ctime is None else (ctime, tuple(f"{folder}/{f}" for f in self.segments[number]))
+        ctime = self.record["names"].get(key[0]) if key else self.record["log"]
+        if ctime is None:
             return None
-        parts = folder[len(self.log) + 1:].split("/")
-        if folder == self.log and prepare is _prefixed["name="] and self.record["log"] is not None:
-            return self.record["log"], tuple(sorted({f"name={n}" for n, _ in self.runs}))
-        if len(parts) == 1 and parts[0].startswith("name=") and prepare is _prefixed["nonce="]:
-            ctime = self.record["names"].get(parts[0][5:])
-            return None if ctime is None else (ctime, tuple(sorted(f"nonce={x}" for x in self.nonces()[parts[0][5:]])))
-        if len(parts) == 2 and parts[0].startswith("name=") and parts[1].startswith("nonce=") and prepare is _published:
-            number = self.numbers().get((parts[0][5:], parts[1][6:]))
-            if number is None or self.record["runs"][number] is None:
-                return None
-            return self.record["runs"][number], tuple(f"{folder}/{f}" for f in self.segments[number])
-        return None
+        nonces = self.nonces()
+        return ctime, nonces[key[0]] if key else tuple(sorted(f"name={n}" for n in nonces))
 
-    def numbers(self) -> dict[tuple[str, str], int]:
-        if self._number is None:
-            self._number = {run: i for i, run in enumerate(self.runs)}
-        return self._number
-
-    def nonces(self) -> dict[str, list[str]]:
+    def nonces(self) -> dict[str, tuple[str, ...]]:
+        """Per recorded name, its ``nonce=`` entries, sorted."""
         if self._nonces is None:
-            self._nonces = {}
+            by_name: dict[str, list[str]] = {}
             for name, nonce in self.runs:
-                self._nonces.setdefault(name, []).append(nonce)
+                by_name.setdefault(name, []).append(f"nonce={nonce}")
+            self._nonces = {name: tuple(sorted(v)) for name, v in by_name.items()}
         return self._nonces
 
 
