@@ -180,14 +180,14 @@ def list_runs(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", nonce: 
     runs = {}
     literal = not is_glob(nonce)
     access, exists, probe = os.access, os.F_OK, f"nonce={nonce}"
-    for name_dir in _matching(listings, now, log, (), "name=", name, not is_glob(name)):
+    for name_dir in _matching(listings, now, log, "name=", name, not is_glob(name)):
         base = f"{log}/{name_dir}/"
         if literal:  # one nonce: probe each name's folder for it (the common point query)
             nonce_dirs = [probe] if access(base + probe, exists) else []
         else:
-            nonce_dirs = _matching(listings, now, base[:-1], (name_dir[5:],), "nonce=", nonce, False)
+            nonce_dirs = _matching(listings, now, base[:-1], "nonce=", nonce, False)
         for nonce_dir in nonce_dirs:
-            files = listings.get(base + nonce_dir, _published, now, (name_dir[5:], nonce_dir[6:]))
+            files = listings.get(base + nonce_dir, _published, now)
             if files:
                 runs[(name_dir[5:], nonce_dir[6:])] = list(files)
     return runs
@@ -207,11 +207,11 @@ def is_glob(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
 
 
-def _matching(listings: Listings, now: int, folder: str, key: tuple, prefix: str, glob: str, literal: bool) -> list[str]:
-    """Entries ``prefix + value`` of ``folder`` (seed key ``key``) whose value matches ``glob``, sorted."""
+def _matching(listings: Listings, now: int, folder: str, prefix: str, glob: str, literal: bool) -> list[str]:
+    """Entries ``prefix + value`` of ``folder`` whose value matches ``glob``, sorted."""
     if literal:
         return [prefix + glob] if os.access(f"{folder}/{prefix}{glob}", os.F_OK) else []
-    entries = listings.get(folder, _prefixed[prefix], now, key)
+    entries = listings.get(folder, _prefixed[prefix], now)
     if glob == "*":
         return entries
     return [e for e in entries if fnmatch.fnmatchcase(e[len(prefix):], glob)]
@@ -232,13 +232,15 @@ class Listings:
 
     A folder's ctime is set by the kernel whenever an entry is added, removed or renamed
     (and by ``utime``/``chmod``); no call sets it to a chosen value (``rsync -a`` and
-    ``touch -d`` set mtime, and bump ctime to now). So a listing stays current exactly as
-    long as the folder's (inode, ctime) is unchanged, provided later changes cannot get the
-    same ctime: the folder is stat'ed *before* it is listed, and the listing is kept only
+    ``touch -d`` set mtime, and bump ctime to now; a folder made anew gets a new one). So a
+    listing stays current exactly as long as the folder's ctime is unchanged, provided later
+    changes cannot get the same ctime: the folder is stat'ed *before* it is listed, and the
+    listing is kept only
     when that ctime was already ``LISTING_MARGIN_NS`` older than the clock then (kernel
     timestamps come from a coarse clock, a few ms behind; a change after the stat gets a
     later one). Folders changed in the last second are listed on every call. ``seed``
-    (the view's record of folders it saw, same rule) answers for folders not yet listed.
+    (``{folder: (ctime, prepare, value)}`` from the view's record of the folders it saw,
+    same rule; see :class:`RecordedListings`) answers for folders not listed yet.
     Only on filesystems in ``CTIME_FILESYSTEMS``; elsewhere (or with ``root`` None) every
     call lists.
 
@@ -253,11 +255,11 @@ class Listings:
     ['a', 'b']
     """
 
-    def __init__(self, root: str | None, seed=None):
+    def __init__(self, root: str | None):
         self.root = root
-        self.seed = seed  # seed(key, folder) -> (ctime_ns, value) or None, as RecordedListings
+        self.seed = None  # a callable returning {folder: (ctime, prepare, value)}, merged on first use
         self._enabled: bool | None = None if root is not None else False
-        self._known: dict[tuple[str, object], tuple[int, int, object]] = {}  # (folder, prepare) -> (inode, ctime, value)
+        self._known: dict[str, tuple[int, object, object]] = {}  # folder -> (ctime, prepare, value)
 
     @property
     def enabled(self) -> bool:
@@ -266,31 +268,31 @@ class Listings:
             self._enabled = ctime_proves_listings(self.root)
         return bool(self._enabled)
 
-    def get(self, folder: str, prepare, now: int | None = None, key: tuple | None = None):
+    def get(self, folder: str, prepare, now: int | None = None):
         """``prepare(folder, names)`` of the folder's entries (an empty list for a missing folder).
 
-        ``now``: ``time.time_ns()`` taken before this call (default: now); ``key``: the
-        folder's key for ``seed`` (None: not a log folder).
+        ``now``: ``time.time_ns()`` taken before this call (default: now).
         """
         if not (self._enabled or self.enabled):
             return prepare(folder, _scandir(folder))
         now = time.time_ns() if now is None else now
         try:
-            st = os.stat(folder)
+            ctime = os.stat(folder).st_ctime_ns
         except (FileNotFoundError, NotADirectoryError):
             return prepare(folder, [])
-        known = self._known.get((folder, prepare))
-        if known is not None and known[0] == st.st_ino and known[1] == st.st_ctime_ns:
+        known = self._known.get(folder)
+        if known is None and self.seed is not None:
+            seed, self.seed = self.seed, None
+            for path, entry in seed().items():
+                self._known.setdefault(path, entry)
+            known = self._known.get(folder)
+        if known is not None and known[0] == ctime and known[1] is prepare:
             return known[2]
-        if self.seed is not None and key is not None:
-            seeded = self.seed(key, folder)
-            if seeded is not None and seeded[0] == st.st_ctime_ns:
-                return seeded[1]
         value = prepare(folder, _scandir(folder))
-        if st.st_ctime_ns < now - LISTING_MARGIN_NS:
-            self._known[(folder, prepare)] = (st.st_ino, st.st_ctime_ns, value)
+        if ctime < now - LISTING_MARGIN_NS:
+            self._known[folder] = (ctime, prepare, value)
         else:
-            self._known.pop((folder, prepare), None)
+            self._known.pop(folder, None)
         return value
 
 
@@ -327,36 +329,32 @@ def record_listings(listings: Listings, root: str, runs: dict[tuple[str, str], l
 
 
 class RecordedListings:
-    """A :class:`Listings` seed from :func:`record_listings`' record: ``(ctime, value)`` a log
-    folder had when recorded, for the caller to trust only if the folder's ctime is unchanged.
+    """A :class:`Listings` seed from :func:`record_listings`' record: called, it returns
+    ``{folder: (ctime, prepare, value)}`` for each log folder as recorded, for the caller
+    to trust only while the folder's ctime is unchanged.
 
     ``runs`` maps each recorded run to its number, ``segments`` (per number) its file names.
-    Folders are named by key: ``()`` for ``log/``, ``(name,)`` and ``(name, nonce)``.
     """
 
-    def __init__(self, record: dict, runs: dict[tuple[str, str], int], segments: list[list[str]]):
-        self.record, self.runs, self.segments = record, runs, segments
-        self._nonces: dict[str, tuple[str, ...]] | None = None
+    def __init__(self, root: str, record: dict, runs: dict[tuple[str, str], int], segments: list[list[str]]):
+        self.root, self.record, self.runs, self.segments = root, record, runs, segments
 
-    def __call__(self, key: tuple, folder: str) -> tuple[int, tuple[str, ...]] | None:
-        if len(key) == 2:
-            number = self.runs.get(key)
-            ctime = None if number is None else self.record["runs"][number]
-            return None if ctime is None else (ctime, tuple(f"{folder}/{f}" for f in self.segments[number]))
-        ctime = self.record["names"].get(key[0]) if key else self.record["log"]
-        if ctime is None:
-            return None
-        nonces = self.nonces()
-        return ctime, nonces[key[0]] if key else tuple(sorted(f"name={n}" for n in nonces))
-
-    def nonces(self) -> dict[str, tuple[str, ...]]:
-        """Per recorded name, its ``nonce=`` entries, sorted."""
-        if self._nonces is None:
-            by_name: dict[str, list[str]] = {}
-            for name, nonce in self.runs:
-                by_name.setdefault(name, []).append(f"nonce={nonce}")
-            self._nonces = {name: tuple(sorted(v)) for name, v in by_name.items()}
-        return self._nonces
+    def __call__(self) -> dict[str, tuple[int, object, tuple[str, ...]]]:
+        log, record, table = f"{self.root}/{LOG}", self.record, {}
+        by_name: dict[str, list[str]] = {}
+        for (name, nonce), number in self.runs.items():
+            by_name.setdefault(name, []).append(f"nonce={nonce}")
+            ctime = record["runs"][number]
+            if ctime is not None:
+                folder = f"{log}/name={name}/nonce={nonce}"
+                table[folder] = (ctime, _published, tuple([f"{folder}/{f}" for f in self.segments[number]]))
+        for name, nonces in by_name.items():
+            ctime = record["names"].get(name)
+            if ctime is not None:
+                table[f"{log}/name={name}"] = (ctime, _prefixed["nonce="], tuple(sorted(nonces)))
+        if record["log"] is not None:
+            table[log] = (record["log"], _prefixed["name="], tuple(sorted([f"name={n}" for n in by_name])))
+        return table
 
 
 def ctime_proves_listings(path: str) -> bool | None:

@@ -139,7 +139,7 @@ class Store:
             view = read_view(self, path)
             self._views = {path: view}  # older views are retired: forget them
             if view.listing is not None:  # the folders it saw, for listings their ctime proves unchanged
-                self._listings.seed = RecordedListings(view.listing, view.runs, view.segments)
+                self._listings.seed = RecordedListings(self._root, view.listing, view.runs, view.segments)
         return self._views[path]
 
 
