@@ -459,7 +459,7 @@ def read_columns(fs: fsspec.AbstractFileSystem, path: str, footer: Footer, colum
     """Some columns (None: all) of some row groups (None: all) of a segment, reusing its parsed footer."""
     try:
         if rootfs.is_local(fs):
-            file = pq.ParquetFile(path, metadata=footer.meta)
+            file = pq.ParquetFile(path, metadata=footer.meta, pre_buffer=False)  # one column chunk read at a time: less to copy
         else:
             file = pq.ParquetFile(io.BytesIO(fs.cat_file(path)))
         if groups is None or len(groups) == file.metadata.num_row_groups:
