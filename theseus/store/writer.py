@@ -279,7 +279,7 @@ class Writer:
             table, keys, index = build_segment(run_records, self.id)
             self._counter += 1  # before publishing: a retried flush never reuses a name
             path = f"{run_dir(root, name, nonce)}/{segment_name(int(run_records.stamps[-1]), self.id, self._counter)}"
-            rootfs.publish(fs, path, encode(table, keys, index))
+            rootfs.publish(fs, path, encode(table, keys, index, codec="lz4"))
         self._last_stamp = int(stamps[-1])
 
 
