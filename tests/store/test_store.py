@@ -269,3 +269,23 @@ def test_int_out_of_range_is_refused_on_every_write(tmp_path):
         with pytest.raises(ValueError, match="int64"):
             w.write(n.next(), {"i": 2**70})
     assert store.find().nonce(n.nonce).select() == [{"i": 1}]
+
+
+def test_frame_of_keys_is_select_with_node_identity(tmp_path):
+    """frame(keys=[...]) is the columnar select(): the same rows, with node, name, nonce, seq, parent."""
+    store = Store(tmp_path)
+    first, _ = write_run(store, steps=4)
+    node = first
+    with store.writer() as w:
+        for _ in range(6):
+            node = node.next()
+        w.write(node, {"other": 1.0})  # holds none of the selected keys: skipped by both
+    cursor = store.find().nonce(first.nonce)
+    frame = cursor.frame(keys=["train/loss"]).collect()
+    assert frame.columns == ["node", "name", "nonce", "seq", "parent", "train/loss"]
+    assert frame.select("train/loss").to_dicts() == cursor.select(keys=["train/loss"])
+    assert frame["node"].to_list() == [n.id for n in cursor.has("train/loss").all()]
+    assert frame["parent"].to_list() == [n.parent for n in cursor.has("train/loss").all()]
+    assert cursor.where("train/loss", "<", 8).frame(keys="train/tokens").collect()["train/tokens"].to_list() == [3000]
+    with pytest.raises(UnknownKey, match="train/los"):
+        cursor.frame(keys=["train/los"])

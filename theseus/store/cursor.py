@@ -186,9 +186,20 @@ class Cursor:
         frame = self._run(keys, all_user_keys=keys is None, select=True)
         return _dicts(frame) if frame.width else []
 
-    def frame(self) -> pl.LazyFrame:
-        """The result as a Polars LazyFrame: node identity plus every user key."""
-        frame = self._run(None, all_user_keys=True, parent=True)
+    def frame(self, keys: list[str] | None = None) -> pl.LazyFrame:
+        """The result as a Polars LazyFrame: node identity plus every user key, or plus ``keys``
+        only (then, as with :meth:`select`, only the nodes holding one of them).
+
+        >>> from theseus.store.store import _doc_store
+        >>> store, n = _doc_store()
+        >>> store.find().nonce(n.nonce).frame(keys=["loss"]).collect()["loss"].to_list()
+        [1.5]
+        """
+        if keys is None:
+            frame = self._run(None, all_user_keys=True, parent=True)
+        else:
+            keys = [schema.check_user_key(k) for k in ([keys] if isinstance(keys, str) else keys)]
+            frame = self._run(keys, parent=True, select=True, identity=True)
         keys = [c for c in frame.columns if c not in IDENTITY and not c.startswith("_")]
         node = node_ids(pl.col("name"), pl.col("nonce"), pl.col("seq")).alias("node")
         return frame.select(node, "name", "nonce", "seq", "parent", *keys).lazy()
@@ -227,16 +238,16 @@ class Cursor:
     # -- execution ----------------------------------------------------------------
 
     def _run(self, select_keys: list[str] | None, all_user_keys: bool = False, parent: bool = False,
-             select: bool = False) -> pl.DataFrame:
+             select: bool = False, identity: bool = False) -> pl.DataFrame:
         """Plan and collect the result; retried when a compaction retires a segment mid-read.
 
         With ``select``, only the value columns (``select_keys``, or every user key),
-        and only rows holding one of them.
+        after the node identity columns with ``identity``, and only rows holding one of them.
         """
         for attempt in range(_RETRIES):
             try:
                 scope = Scope(self.store, self.name_glob, self.nonce_glob)
-                return self._plan(scope, select_keys, all_user_keys, parent, select).collect()
+                return self._plan(scope, select_keys, all_user_keys, parent, select, identity).collect()
             except CorruptSegment:
                 raise
             except (FileNotFoundError, pl.exceptions.PolarsError, OSError) as e:
@@ -246,7 +257,7 @@ class Cursor:
         raise AssertionError("unreachable")
 
     def _plan(self, scope: Scope, select_keys: list[str] | None, all_user_keys: bool, parent: bool,
-              select: bool = False) -> pl.LazyFrame:
+              select: bool = False, identity: bool = False) -> pl.LazyFrame:
         types = scope.types()
         used = [f[1] for f in self.node_filters if f[0] in ("has", "where")] + [k for k, _ in self.sorts]
         used += select_keys or []
@@ -290,7 +301,7 @@ class Cursor:
             nodes = nodes.head(self.limit_n)
         if select:
             columns = select_keys if select_keys is not None else [k for k in fold_keys if not k.startswith("_")]
-            nodes = nodes.select(columns)
+            nodes = nodes.select([*(IDENTITY[1:] if identity else ()), *columns])
             if rows != columns and columns:
                 nodes = nodes.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in columns))
         return nodes
