@@ -202,7 +202,8 @@ class Cursor:
             frame = self._run(keys, parent=True, select=True, identity=True)
         keys = [c for c in frame.columns if c not in IDENTITY and not c.startswith("_")]
         node = node_ids(pl.col("name"), pl.col("nonce"), pl.col("seq")).alias("node")
-        return frame.select(node, "name", "nonce", "seq", "parent", *keys).lazy()
+        # lazy: node ids are only encoded when the caller's projection keeps them
+        return frame.lazy().select(node, "name", "nonce", "seq", "parent", *keys)
 
     def to_pandas(self) -> pandas.DataFrame:
         """The result as a pandas DataFrame."""
