@@ -357,6 +357,12 @@ class InterruptOn:
     def __init__(self, needle: str):
         self.needle, self.text, self.fired = needle, "", False
         self.lock = threading.Lock()
+        # interrupt_main() does nothing unless SIGINT raises KeyboardInterrupt, as in a fresh
+        # process; a test that ran before in this worker may have left another handler
+        handler = signal.getsignal(signal.SIGINT)
+        if handler is not signal.default_int_handler:
+            print(f"InterruptOn: SIGINT handler was {handler!r}; restoring Python's default", file=sys.stderr)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def write(self, text: str) -> int:
         import _thread
