@@ -497,10 +497,11 @@ against raw Polars on one wide Parquet file, all in one run (issue 2's figures):
    per step on this disk (two sqlite commits per call) only the first 1,000 steps are timed,
    the rest are filled untimed in batches of 1,000.
 2. **History** of 2 keys of that run into Python lists. theseus:
-   `find().nonce(n).select(keys=[a, b])` then one list per key (`map(itemgetter(k), rows)`).
-   MLflow: `get_metric_history` x 2 (`map(attrgetter("value"), metrics)`). Aim: `Run(hash, read_only=True).get_metric(k, Context({}))` then either
-   `.values.values_list()` (fastest, but in storage order, not step order) or
-   `.data.items_list()` (step order); both are shown.
+   `find().nonce(n).select(keys=[a, b])` (the seed's `loss_over_time` idiom) then one list
+   per key (`map(itemgetter(k), rows)`). MLflow: `get_metric_history` x 2
+   (`map(attrgetter("value"), metrics)`). Aim: `Run(hash, read_only=True).get_metric(k,
+   Context({}))` then either `.values.values_list()` (fastest, but in storage order, not step
+   order) or `.data.items_list()` (step order); both are shown.
 3. **1,000 runs x 1,000 steps x 8 keys** written through the public writer (5 flushes per
    run, so ~5 segments each) once into `/tmp/theseus-store-bench` and reused; the same rows
    in one wide Parquet file (name, nonce, seq, 8 keys) for raw Polars.
@@ -552,6 +553,15 @@ How theseus gets there (details in the docstrings of `theseus/store`):
   that lose the race retry), and deleting every view loses nothing (`theseus compact`
   rebuilds one). `scan_parquet("<root>/log/**/*.parquet", hive_partitioning=True)` still
   reads the log, which is all `theseus audit` needs.
+- *Finding segments*: every query must see every published segment, so it lists the run
+  folders it reads. On local kernel filesystems (ext4, xfs, btrfs, tmpfs, overlay...) a
+  listing is reused while the folder's ctime proves it current: the kernel sets a folder's
+  ctime whenever an entry is added, removed or renamed and no call sets it to a chosen value
+  (`rsync -a` restores mtimes, not ctimes), the folder is stat'ed before it is listed, and a
+  listing is kept only when that ctime was already a second old (kernel timestamps are
+  coarse). A view records the ctimes of the folders it saw, so a cold `Store` stats the 2,001
+  folders of the grid instead of listing them; a copied root has new ctimes and lists again.
+  A lineage query over a few segments folds them from the log without parsing the view.
 - *Commits*: one record, one segment, `fsync` of the file and of its folder. Both are needed
   for a durable rename, so the latency is the disk's: two journal commits.
 
