@@ -129,6 +129,21 @@ class Scope:
             return empty_nodes(keys, parent, written).lazy(), True
         return (parts[0], True) if len(parts) == 1 else (pl.concat(parts), False)
 
+    def values(self, keys: dict[str, str], rows: list[str]) -> pl.DataFrame | None:
+        """Only the ``keys`` columns of the nodes holding one of ``rows``, in the default order,
+        when the scope is one run folded from the log (None otherwise: use :meth:`nodes`).
+
+        >>> from theseus.store.store import _doc_store
+        >>> store, n = _doc_store()
+        >>> Scope(store, nonce=n.nonce).values({"loss": "float"}, ["loss"]).rows()
+        [(1.5,)]
+        """
+        if len(self.runs) != 1 or self.in_view:
+            return None
+        ((run, paths),) = self.runs.items()
+        folded = fold_run(self.store.fs, list(zip(paths, self.store._footers.footers(paths))), keys, rows)
+        return folded.frame.select(list(keys))
+
     def _fold(self, run, paths, keys, rows, parent, written, run_keys) -> tuple[pl.DataFrame, dict]:
         footers = self.store._footers.footers(paths)
         folded = fold_run(self.store.fs, list(zip(paths, footers)), keys, rows, parent=parent, written=written, latest=run_keys)
