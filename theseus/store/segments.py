@@ -150,14 +150,15 @@ class Footer:
     meta: pq.FileMetaData | None = field(default=None, compare=False, repr=False)
 
 
-def list_segments(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", nonce: str = "*") -> list[str]:
+def list_segments(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", nonce: str = "*",
+                  listings: Listings | None = None) -> list[str]:
     """Published segment paths under ``root`` for a name/nonce glob (temporaries never match).
 
     >>> fs, root = rootfs.open_root("/tmp/theseus-empty-doc")
     >>> list_segments(fs, root)
     []
     """
-    return sorted(p for paths in list_runs(fs, root, name, nonce).values() for p in paths)
+    return sorted(p for paths in list_runs(fs, root, name, nonce, listings).values() for p in paths)
 
 
 def list_runs(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", nonce: str = "*",

@@ -15,7 +15,7 @@ from theseus.store.fold import WRITTEN
 from theseus.store.node import Node, decode_id
 from theseus.store.reader import latest_value, scan
 from theseus.store.scope import Scope
-from theseus.store.segments import FooterCache, Listings, RecordedListings, list_runs
+from theseus.store.segments import FooterCache, Listings, RecordedListings, list_runs, list_segments
 from theseus.store.view import View, build_view, list_views, read_view
 from theseus.store.writer import Writer
 
@@ -124,7 +124,7 @@ class Store:
         return merged
 
     def _segments(self, name: str = "*", nonce: str = "*") -> list[str]:
-        return sorted(p for paths in self._runs(name, nonce).values() for p in paths)
+        return list_segments(self.fs, self._root, name, nonce, self._listings)
 
     def _runs(self, name: str = "*", nonce: str = "*") -> dict[tuple[str, str], list[str]]:
         return list_runs(self.fs, self._root, name, nonce, self._listings)

@@ -340,12 +340,21 @@ def _float_blocks(shape: Shape, values: list, seqs: np.ndarray) -> tuple[np.ndar
     ([0, 1, 0, 1], [1.0, 3.0, 2.0, 4.0], [2, 4, 5, 6, 2, ['float']])
     """
     n, width = len(seqs), len(shape.keys)
-    matrix = np.fromiter(values, np.float64, n * width).reshape(n, width)
+    matrix = _float_matrix(values, width)
     distinct = int(np.count_nonzero(seqs[1:] != seqs[:-1])) + 1
     blocks = {key: [i * n, (i + 1) * n, int(seqs[0]), int(seqs[-1]), distinct, ["float"]] for i, key in enumerate(shape.keys)}
     columns = {kind: [pa.nulls(n * width, arrow_type)] for kind, arrow_type in ARROW.items()}
     columns["float"] = [pa.array(matrix.T.ravel())]
     return np.tile(np.arange(n), width), columns, dict.fromkeys(shape.keys, "float"), blocks
+
+
+def _float_matrix(values: list, width: int) -> np.ndarray:
+    """Records of ``width`` float values, one after another, as a (records, width) matrix.
+
+    >>> _float_matrix([1.0, 2.0, 3.0, 4.0], 2).tolist()
+    [[1.0, 2.0], [3.0, 4.0]]
+    """
+    return np.fromiter(values, np.float64, len(values)).reshape(-1, width)
 
 
 def _blocks(groups: list[tuple[Shape, np.ndarray]], records: Records, seqs: np.ndarray) -> tuple[np.ndarray, dict, dict, dict]:
@@ -400,7 +409,7 @@ def _columns(shape: Shape, values: list, starts: np.ndarray | None) -> list[pa.A
     """
     width = len(shape.keys)
     if starts is None and all(kind == "float" for kind in shape.kinds):  # the usual metrics: one numpy pass
-        return [pa.array(column) for column in np.array(values, np.float64).reshape(-1, width).T.copy()]
+        return [pa.array(column) for column in _float_matrix(values, width).T.copy()]
     if starts is None:
         starts = np.arange(0, len(values), width)
     out = []
