@@ -279,10 +279,6 @@ class Cursor:
             rows = list(select_keys)  # select() drops nodes holding none of its keys
         else:
             rows = None
-        if select and not identity and select_keys and rows == select_keys and not (self.node_filters or self.sorts or self.run_filters):
-            values = scope.values(fold_keys, rows)  # a plain select() of one run folded from the log
-            if values is not None:
-                return values.lazy()
         run_filter = self._run_filter() if self.run_filters else None
         nodes, ordered = scope.nodes(fold_keys, rows, parent=parent, written=self.only_latest, run_filter=run_filter,
                                      run_keys=(schema.JOB, schema.FINISHED) if run_filter else ())

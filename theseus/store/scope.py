@@ -114,7 +114,7 @@ class Scope:
                 plain.append(exact[run])
                 continue
             if run_filter is None or run_filter(latest):
-                overlay.append(frame)
+                overlay.append((run, frame))
         if run_filter is not None:
             plain = [i for i in plain if run_filter(view.latest(i))]
         if plain:
@@ -123,39 +123,30 @@ class Scope:
             if rows:
                 frame = frame.filter(pl.any_horizontal(pl.col(k).is_not_null() for k in rows))
             parts.append(frame)
-        if overlay:
-            parts.append(pl.concat(overlay).lazy())
+        if len(overlay) == 1:  # one lineage (the usual history): its identity columns stay lazy,
+            (name, nonce), frame = overlay[0]  # so a projection without them never builds them
+            parts.append(frame.lazy().select(pl.lit(name, pl.String).alias("name"), pl.lit(nonce, pl.String).alias("nonce"),
+                                             pl.all()))
+        elif overlay:
+            parts.append(pl.concat([with_identity(frame, *run) for run, frame in overlay]).lazy())
         if not parts:
             return empty_nodes(keys, parent, written).lazy(), True
         return (parts[0], True) if len(parts) == 1 else (pl.concat(parts), False)
 
-    def values(self, keys: dict[str, str], rows: list[str]) -> pl.DataFrame | None:
-        """Only the ``keys`` columns of the nodes holding one of ``rows``, in the default order,
-        when the scope is one run folded from the log (None otherwise: use :meth:`nodes`).
-
-        >>> from theseus.store.store import _doc_store
-        >>> store, n = _doc_store()
-        >>> Scope(store, nonce=n.nonce).values({"loss": "float"}, ["loss"]).rows()
-        [(1.5,)]
-        """
-        if len(self.runs) != 1 or self.in_view:
-            return None
-        ((run, paths),) = self.runs.items()
-        folded = fold_run(self.store.fs, list(zip(paths, self.store._footers.footers(paths))), keys, rows)
-        return folded.frame.select(list(keys))
-
     def _fold(self, run, paths, keys, rows, parent, written, run_keys) -> tuple[pl.DataFrame, dict]:
+        """The run's fold from the log (seq first, no name or nonce columns) and its latest records."""
         footers = self.store._footers.footers(paths)
         folded = fold_run(self.store.fs, list(zip(paths, footers)), keys, rows, parent=parent, written=written, latest=run_keys)
-        return with_identity(folded.frame, *run), folded.latest
+        return folded.frame, folded.latest
 
     def _overlay(self, run, number, keys, rows, parent, written, run_keys) -> tuple[pl.DataFrame, dict]:
-        """The view's rows of a run with the fold of its newer segments on top (newer values win)."""
+        """The view's rows of a run with the fold of its newer segments on top (newer values win),
+        seq first, like :meth:`_fold`."""
         base = scan_view(self.store, self.view, [number], stored_columns(self.view, keys, parent, written))
-        base = base.select(view_columns(self.view, keys, parent, written)).collect()
+        base = base.select(view_columns(self.view, keys, parent, written)).drop("name", "nonce").collect()
         new, latest = self._fold(run, self.newer[run], keys, None, parent, written, run_keys)
-        merged = base.join(new, on=["name", "nonce", "seq"], how="full", coalesce=True, suffix=":new")
-        columns = [pl.col("name"), pl.col("nonce"), pl.col("seq")]
+        merged = base.join(new, on="seq", how="full", coalesce=True, suffix=":new")
+        columns = [pl.col("seq")]
         if parent:
             columns.append(pl.coalesce("parent", "parent:new").alias("parent"))
         if written:
