@@ -6,8 +6,7 @@ import base64
 import binascii
 import re
 import secrets
-from itertools import repeat
-from operator import attrgetter, countOf, is_
+from operator import attrgetter, countOf
 
 import numpy as np
 import pyarrow as pa
@@ -295,11 +294,9 @@ def same_lineage(nodes: list[Node]) -> bool:
 def node_columns(nodes: list[Node], check: bool = True) -> tuple[np.ndarray, pa.DictionaryArray, pa.DictionaryArray]:
     """The seqs, ids and parent ids of one lineage's nodes, one entry per node.
 
-    Ids and parent ids are dictionary arrays over one dictionary. ``check=False`` skips
-    checking that the nodes are of one lineage, for a caller that grouped them so.
-
-    Nodes made by :meth:`Node.next` get their parent ids from the same vectorized
-    encoding as their own ids.
+    ``check=False`` skips checking that the nodes are of one lineage, for a caller that
+    grouped them so. Nodes made by :meth:`Node.next` get their parent ids from the same
+    vectorized encoding as their own ids (:func:`lineage_columns`).
 
     >>> a = Node("a.b.c", "949e88", 0)
     >>> seqs, ids, parents = node_columns([a, a.next(), a.next().next()])
@@ -315,11 +312,31 @@ def node_columns(nodes: list[Node], check: bool = True) -> tuple[np.ndarray, pa.
         raise ValueError("node_columns takes the nodes of one lineage (one name and nonce)")
     seqs = np.fromiter(map(_SEQ_OF, nodes), np.int64, n)
     marks = list(map(_PARENT_OF, nodes))
-    if marks.count(_PREVIOUS) == n:
-        previous = np.ones(n, bool)
-    else:
-        previous = np.fromiter(map(is_, marks, repeat(_PREVIOUS, n)), bool, n)
-    wanted = np.concatenate([seqs, seqs[previous] - 1])
+    given = None if marks.count(_PREVIOUS) == n else {i: m for i, m in enumerate(marks) if m is not _PREVIOUS}
+    return (seqs, *lineage_columns(first.name, first.nonce, seqs, given))
+
+
+def lineage_columns(name: str, nonce: str, seqs: np.ndarray,
+                    given: dict[int, str | None] | None = None) -> tuple[pa.DictionaryArray, pa.DictionaryArray]:
+    """Ids and parent ids of the nodes ``seqs`` of one lineage, as dictionary arrays over one dictionary.
+
+    A node's parent is the node one seq before it (as :meth:`Node.next` makes it), except
+    at the rows in ``given``: ``{row: parent id, or None for no parent}``.
+
+    >>> ids, parents = lineage_columns("a.b.c", "949e88", np.array([0, 1, 2]), {0: None})
+    >>> ids.to_pylist() == [Node("a.b.c", "949e88", s).id for s in (0, 1, 2)]
+    True
+    >>> parents.to_pylist() == [None, ids[0].as_py(), ids[1].as_py()]
+    True
+    """
+    n = len(seqs)
+    previous = np.ones(n, bool)
+    if given:
+        previous[list(given)] = False
+    chained = seqs if given is None else seqs[previous]
+    if chained.size and chained.min() < 1:
+        raise ValueError("a node at seq 0 has no previous node: give its parent")
+    wanted = np.concatenate([seqs, chained - 1])
     lo, hi = int(wanted.min()), int(wanted.max())
     if hi - lo < 2 * len(wanted):  # the usual case: a dense range of seqs, coded by offset
         unique = np.arange(lo, hi + 1)
@@ -329,20 +346,21 @@ def node_columns(nodes: list[Node], check: bool = True) -> tuple[np.ndarray, pa.
         unique = np.unique(wanted)
         node_codes = np.searchsorted(unique, seqs).astype(np.int32)
         parent_codes = np.zeros(n, np.int32)
-        parent_codes[previous] = np.searchsorted(unique, seqs[previous] - 1)
-    explicit = {}  # given parent ids (branch points, nodes read back) after the encoded ones
-    has_parent = previous.copy()
-    if not previous.all():
-        for i in np.flatnonzero(~previous).tolist():
-            if marks[i] is not None:
-                parent_codes[i] = len(unique) + explicit.setdefault(marks[i], len(explicit))
-                has_parent[i] = True
-    dictionary = encode_ids(first.name, first.nonce, unique)
+        parent_codes[previous] = np.searchsorted(unique, chained - 1)
+    explicit: dict[str, int] = {}  # given parent ids (branch points, nodes read back) after the encoded ones
+    has_parent = previous
+    if given:
+        has_parent = previous.copy()
+        for row, parent in given.items():
+            if parent is not None:
+                parent_codes[row] = len(unique) + explicit.setdefault(parent, len(explicit))
+                has_parent[row] = True
+    dictionary = encode_ids(name, nonce, unique)
     if explicit:
         dictionary = pa.concat_arrays([dictionary, pa.array(list(explicit), pa.string())])
     ids = pa.DictionaryArray.from_arrays(pa.array(node_codes), dictionary)
     parents = pa.DictionaryArray.from_arrays(pa.array(parent_codes, mask=~has_parent), dictionary)
-    return seqs, ids, parents
+    return ids, parents
 
 
 _NAME_OF = attrgetter("_name")

@@ -1,8 +1,9 @@
 """The writer: buffers records and publishes them as immutable segments.
 
 ``write()`` only validates (once per shape of record: keys and value types) and
-appends the node, a write stamp, the shape and the values to four lists (so a
-pending record holds no object of its own for the garbage collector to walk); a
+appends the node, a write stamp, the shape and the values to four lists. A node of
+the writer's own lineage made by ``Node.next()`` is kept as its seq alone, so a
+training loop's pending records hold no object the garbage collector must walk. A
 flush turns the pending records of each run into columns in one vectorized pass
 (``build_segment``).
 """
@@ -20,7 +21,7 @@ import pyarrow as pa
 from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.fold import ARROW
-from theseus.store.node import Node, node_columns, same_lineage
+from theseus.store.node import _PREVIOUS, Node, lineage_columns
 from theseus.store.segments import encode, run_dir, segment_name
 
 if TYPE_CHECKING:
@@ -38,9 +39,15 @@ class Shape(NamedTuple):
 
 
 class Records(NamedTuple):
-    """Records in columns: nodes, write stamps, shapes, and all their values one record after another."""
+    """Records in columns: seqs, the parents not made by ``next()``, write stamps, shapes,
+    and all their values one record after another.
 
-    nodes: list[Node]
+    ``given`` is ``{row: parent id, or None}`` for the rows whose parent is not the node one
+    seq before (see :func:`~theseus.store.node.lineage_columns`); None when there are none.
+    """
+
+    seqs: np.ndarray
+    given: dict[int, str | None] | None
     stamps: np.ndarray
     shapes: list[Shape]
     values: list
@@ -49,12 +56,14 @@ class Records(NamedTuple):
         """The records at ``rows``, in that order.
 
         >>> s = Shape(("a",), ("float",))
-        >>> Records([None, None], np.array([1, 2]), [s, s], [0.5, 1.5]).take([1]).values
-        [1.5]
+        >>> r = Records(np.array([0, 5]), {0: None}, np.array([1, 2]), [s, s], [0.5, 1.5]).take([1])
+        >>> r.seqs.tolist(), r.given, r.values
+        ([5], None, [1.5])
         """
         starts = self.starts()
         values = [v for i in rows for v in self.values[starts[i]:starts[i + 1]]]
-        return Records([self.nodes[i] for i in rows], self.stamps[rows], [self.shapes[i] for i in rows], values)
+        given = self.given and {j: self.given[i] for j, i in enumerate(rows) if i in self.given}
+        return Records(self.seqs[rows], given or None, self.stamps[rows], [self.shapes[i] for i in rows], values)
 
     def starts(self) -> np.ndarray:
         """Where each record's values start in ``values`` (and where the last one ends)."""
@@ -93,7 +102,7 @@ class Writer:
         self.id = secrets.token_hex(4)
         self.flush_interval = flush_interval
         # pending records in columns, only appended to (shape last) and cut from the front
-        self._nodes: list[Node] = []
+        self._nodes: list[Node | int] = []  # a node of the chain made by next() is kept as its seq
         self._stamps: list[int] = []
         self._shapes: list[Shape] = []
         self._values: list = []  # each record's values, one record after another
@@ -102,6 +111,9 @@ class Writer:
         self._seen: dict[tuple, Shape] = {}  # (*keys, *python types) already validated -> shape
         self._interned: dict[Shape, Shape] = {}  # one object per shape, so records compare by identity
         self._last_stamp = 0
+        # the lineage of the first node written: its nodes made by next() are pending as seqs
+        self._chain_name: str | None = None
+        self._chain_nonce: str | None = None
         self._counter = 0
         self._closed = False
         self._error: BaseException | None = None
@@ -122,7 +134,11 @@ class Writer:
                     -(2**63) <= v < 2**63 for v, k in zip(given, shape.kinds) if k == "int")):
                 # each append is atomic; the shape goes last, as a flush counts records by shapes
                 self._values.extend(given)
-                self._nodes.append(node)
+                # (_entry inlined: this runs once per training step)
+                if node._parent is _PREVIOUS and node._nonce is self._chain_nonce and node._name is self._chain_name:
+                    self._nodes.append(node._seq)
+                else:
+                    self._nodes.append(node)
                 self._stamps.append(time.time_ns())  # made strictly increasing at flush
                 self._shapes.append(shape)
                 return
@@ -232,9 +248,18 @@ class Writer:
         shape = Shape(keys, kinds, "int" in kinds)
         return self._interned.setdefault(shape, shape)
 
+    def _entry(self, node: Node) -> Node | int:
+        """What a pending record keeps of its node: the seq alone for a node of the chain made by next()."""
+        if self._chain_nonce is None:  # set once, before any seq refers to it
+            self._chain_name = node.name
+            self._chain_nonce = node.nonce
+        if node._parent is _PREVIOUS and node._nonce is self._chain_nonce and node._name is self._chain_name:
+            return node._seq
+        return node
+
     def _append(self, node: Node, shape: Shape, values: tuple) -> None:
         self._values.extend(values)
-        self._nodes.append(node)
+        self._nodes.append(self._entry(node))
         self._stamps.append(time.time_ns())
         self._shapes.append(shape)
 
@@ -258,48 +283,74 @@ class Writer:
             error, self._error = self._error, None
             raise RuntimeError(f"background flush failed: {error}") from error
 
-    def _publish(self, nodes: list[Node], clock: list[int], shapes: list[Shape], values: list) -> None:
+    def _publish(self, entries: list[Node | int], clock: list[int], shapes: list[Shape], values: list) -> None:
         # write stamps strictly increase in record order across the writer's life:
         # s[i] = max(clock[i], s[i - 1] + 1), as a running maximum of clock[i] - i
-        steps = np.arange(len(nodes))
+        steps = np.arange(len(entries))
         lifted = np.array(clock, np.int64) - steps
         lifted[0] = max(lifted[0], self._last_stamp + 1)
         stamps = np.maximum.accumulate(lifted) + steps
-        records = Records(nodes, stamps, shapes, values)
-        first = nodes[0]
-        if same_lineage(nodes):
-            runs = {(first.name, first.nonce): records}
-        else:
-            where: dict[tuple[str, str], list[int]] = {}
-            for i, node in enumerate(nodes):
-                where.setdefault((node.name, node.nonce), []).append(i)
-            runs = {run: records.take(rows) for run, rows in where.items()}
+        seqs, given, rows_of = split_runs(entries, (self._chain_name, self._chain_nonce))
+        records = Records(seqs, given, stamps, shapes, values)
         fs, root = self.store.fs, self.store.path()
-        for (name, nonce), run_records in runs.items():
-            table, keys, index = build_segment(run_records, self.id)
+        for (name, nonce), rows in rows_of.items():
+            run_records = records if rows is None else records.take(rows)
+            table, keys, index = build_segment(run_records, name, nonce, self.id)
             self._counter += 1  # before publishing: a retried flush never reuses a name
             path = f"{run_dir(root, name, nonce)}/{segment_name(int(run_records.stamps[-1]), self.id, self._counter)}"
             rootfs.publish(fs, path, encode(table, keys, index, codec="lz4"))
         self._last_stamp = int(stamps[-1])
 
 
-def build_segment(records: Records, writer: str) -> tuple[pa.Table, dict[str, str], dict]:
+def split_runs(entries: list[Node | int], chain: tuple[str, str]) -> tuple[np.ndarray, dict | None, dict]:
+    """Pending entries (nodes, or seqs of ``chain``'s nodes made by next()) as ``(seqs, given, rows_of)``:
+    seqs and given parents as :class:`Records` holds them, and the rows of each run
+    (``{(name, nonce): rows}``; rows None when the flush holds one run).
+
+    >>> a = Node("a.b.c", "949e88", 0)
+    >>> seqs, given, rows_of = split_runs([a, 1, 2, Node.start("x.y.z")], ("a.b.c", "949e88"))
+    >>> seqs.tolist(), given, [(run[0], rows) for run, rows in rows_of.items()]
+    ([0, 1, 2, 0], {0: None, 3: None}, [('a.b.c', [0, 1, 2]), ('x.y.z', [3])])
+    """
+    at = [i for i, kind in enumerate(map(type, entries)) if kind is not int]  # the entries kept as nodes
+    if not at:
+        return np.array(entries, np.int64), None, {chain: None}
+    seqs = list(entries)
+    given: dict[int, str | None] = {}
+    run_of: dict[int, tuple[str, str]] = {}  # rows of runs other than the chain
+    for i in at:
+        node = entries[i]
+        seqs[i] = node.seq
+        if node._parent is not _PREVIOUS:
+            given[i] = node.parent
+        if (node.name, node.nonce) != chain:
+            run_of[i] = (node.name, node.nonce)
+    if not run_of:
+        return np.array(seqs, np.int64), given or None, {chain: None}
+    rows_of: dict[tuple[str, str], list[int]] = {}
+    for i in range(len(entries)):
+        rows_of.setdefault(run_of.get(i, chain), []).append(i)
+    return np.array(seqs, np.int64), given or None, rows_of
+
+
+def build_segment(records: Records, name: str, nonce: str, writer: str) -> tuple[pa.Table, dict[str, str], dict]:
     """Columns, ``{key: type}`` and block index of one run's records (the caller groups them by run).
 
     Rows are key-major (each key's rows contiguous, ordered by seq then write
     order), so a reader slices a key without grouping. Node ids, parents, keys
     and the writer id are dictionary arrays over the distinct values.
 
-    >>> n = Node("doc", "949e88", 0)
     >>> s = Shape(("a", "b"), ("float", "int"), True)
-    >>> table, keys, index = build_segment(Records([n, n.next()], np.array([7, 8]), [s, s], [1.5, 2, 2.5, 3]), "w1")
+    >>> records = Records(np.array([0, 1]), {0: None}, np.array([7, 8]), [s, s], [1.5, 2, 2.5, 3])
+    >>> table, keys, index = build_segment(records, "doc", "949e88", "w1")
     >>> table["float"].to_pylist(), table["int"].to_pylist(), keys
     ([1.5, 2.5, None, None], [None, None, 2, 3], {'a': 'float', 'b': 'int'})
     >>> index["blocks"]["b"]
     [2, 4, 0, 1, 2, ['int']]
     """
-    n = len(records.nodes)
-    seqs, ids, parents = node_columns(records.nodes, check=False)
+    n = len(records.seqs)
+    seqs = records.seqs
+    ids, parents = lineage_columns(name, nonce, seqs, records.given)
     stamps = records.stamps
 
     first = records.shapes[0]
