@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import TYPE_CHECKING
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def open_root(root: str | os.PathLike) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -42,8 +46,8 @@ def url(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return fs.unstrip_protocol(path)
 
 
-def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
-    """Make ``data`` visible at ``path`` whole or not at all.
+def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes | memoryview | pa.Buffer) -> None:
+    """Make ``data`` (any bytes-like object) visible at ``path`` whole or not at all.
 
     Locally: write a temporary name in the same folder (``.<name>.<random>.tmp``,
     which no reader lists), fsync, rename, fsync the folder and, for each folder
@@ -58,7 +62,7 @@ def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
     b'hi'
     """
     if not is_local(fs):
-        fs.pipe_file(path, data)
+        fs.pipe_file(path, data if isinstance(data, bytes) else bytes(data))
         return
     folder, name = path.rsplit("/", 1)
     created = [] if os.path.isdir(folder) else _make_folders(folder)

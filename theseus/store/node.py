@@ -210,6 +210,7 @@ class Node:
 
 
 _new_node = object.__new__
+_FEW_IDS = 16
 _POW10 = 10 ** np.arange(1, 19, dtype=np.int64)  # a seq below 10**k has at most k digits
 _BASE64URL = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", np.uint8)
 
@@ -226,6 +227,8 @@ def encode_ids(name: str, nonce: str, seqs: np.ndarray) -> pa.StringArray:
     seqs = np.asarray(seqs, np.int64)
     if seqs.size and seqs.min() < 0:
         raise ValueError("seq must be non-negative")
+    if len(seqs) <= _FEW_IDS:  # a commit's flush: one id at a time costs less than the vector setup
+        return pa.array([encode_id(name, nonce, seq) for seq in seqs.tolist()], pa.string())
     prefix = f"{name}:{nonce}:".encode()
     whole = len(prefix) - len(prefix) % 3
     head = np.frombuffer(encode_id_bytes(prefix[:whole]), np.uint8)

@@ -81,8 +81,9 @@ class Block(NamedTuple):
         return self.distinct == self.seq_max - self.seq_min + 1
 
 
-def encode(table: pa.Table, keys: dict[str, str], index: dict, codec: str = "zstd") -> bytes:
-    """Serialise one segment: the fixed columns plus its keys and block index in the footer.
+def encode(table: pa.Table, keys: dict[str, str], index: dict, codec: str = "zstd") -> pa.Buffer:
+    """Serialise one segment (a bytes-like Arrow buffer): the fixed columns plus its keys and
+    block index in the footer.
 
     Columns may be dictionary arrays (the writer's node ids); they are stored as plain
     strings, so every segment reads back with the same schema. ``codec`` compresses the
@@ -91,7 +92,7 @@ def encode(table: pa.Table, keys: dict[str, str], index: dict, codec: str = "zst
     """
     # a codec's setup costs more than it saves on a small live segment; float values hardly compress
     compression = {c: codec if table.num_rows >= SMALL_SEGMENT_ROWS and c != "float" else "none" for c in table.column_names}
-    sink = io.BytesIO()
+    sink = pa.BufferOutputStream()  # grows without the copies io.BytesIO makes
     # dictionary pages and statistics only where they pay: hashing 80k random floats or
     # comparing 80k node ids costs more than all the rest of a flush, and min/max keys of a
     # one-row-group segment prune nothing. Seqs and stamps ascend within each key's block,
