@@ -248,7 +248,8 @@ class Cursor:
         for attempt in range(_RETRIES):
             try:
                 scope = Scope(self.store, self.name_glob, self.nonce_glob)
-                return self._plan(scope, select_keys, all_user_keys, parent, select, identity).collect()
+                plan = self._plan(scope, select_keys, all_user_keys, parent, select, identity)
+                return plan if isinstance(plan, pl.DataFrame) else plan.collect()
             except CorruptSegment:
                 raise
             except (FileNotFoundError, pl.exceptions.PolarsError, OSError) as e:
@@ -258,7 +259,10 @@ class Cursor:
         raise AssertionError("unreachable")
 
     def _plan(self, scope: Scope, select_keys: list[str] | None, all_user_keys: bool, parent: bool,
-              select: bool = False, identity: bool = False) -> pl.LazyFrame:
+              select: bool = False, identity: bool = False) -> pl.LazyFrame | pl.DataFrame:
+        """The query as a Polars plan over the scope's nodes; or, for a plain ``select(keys)``
+        (no filter, sort, limit or latest) of runs all read from the log, the folded columns
+        themselves: the plan would only project them."""
         types = scope.types()
         used = [f[1] for f in self.node_filters if f[0] in ("has", "where")] + [k for k, _ in self.sorts]
         used += select_keys or []
@@ -279,6 +283,11 @@ class Cursor:
             rows = list(select_keys)  # select() drops nodes holding none of its keys
         else:
             rows = None
+        plain = not (self.node_filters or self.run_filters or self.sorts or self.only_latest or self.limit_n is not None)
+        if select and select_keys and not identity and plain:
+            folded = scope.log_columns(fold_keys, select_keys)
+            if folded is not None:
+                return folded
         run_filter = self._run_filter() if self.run_filters else None
         nodes, ordered = scope.nodes(fold_keys, rows, parent=parent, written=self.only_latest, run_filter=run_filter,
                                      run_keys=(schema.JOB, schema.FINISHED) if run_filter else ())

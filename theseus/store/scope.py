@@ -133,6 +133,23 @@ class Scope:
             return empty_nodes(keys, parent, written).lazy(), True
         return (parts[0], True) if len(parts) == 1 else (pl.concat(parts), False)
 
+    def log_columns(self, keys: dict[str, str], columns: list[str]) -> pl.DataFrame | None:
+        """``columns`` of the nodes holding one of them, runs in order, when every run of the
+        scope is read from the log (None otherwise): the folds' own columns, with no Polars plan
+        to build and run (a projection is all a plain ``select()`` asks of them).
+
+        >>> from theseus.store.store import _doc_store
+        >>> store, n = _doc_store()
+        >>> Scope(store, nonce=n.nonce).log_columns({"loss": "float"}, ["loss"]).rows()
+        [(1.5,)]
+        """
+        if self.in_view or not self.runs:
+            return None
+        folds = [self._fold(run, paths, keys, columns, False, False, ())[0] for run, paths in self.runs.items()]
+        if len(folds) == 1:
+            return pl.DataFrame([folds[0].get_column(c) for c in columns])
+        return pl.DataFrame([pl.concat([f.get_column(c) for f in folds], rechunk=False) for c in columns])
+
     def _fold(self, run, paths, keys, rows, parent, written, run_keys) -> tuple[pl.DataFrame, dict]:
         """The run's fold from the log (seq first, no name or nonce columns) and its latest records."""
         footers = self.store._footers.footers(paths)

@@ -35,12 +35,14 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
 from theseus.store.schema import INDEX_METADATA, KEYS_METADATA, SEGMENT_SCHEMA, TYPES, merge_types
 
 LOG = "log"
+_LOCAL_FILES = pafs.LocalFileSystem()  # opens a local path as is (no URI parsing per file)
 SMALL_SEGMENT_ROWS = 4096
 _DICTIONARY = ["node", "parent", "writer", "key", "str"]
 _STATISTICS = ["seq", "stamp"]
@@ -431,7 +433,8 @@ def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> Footer:
     """The footer of one segment (reads the footer only); a bad file is a CorruptSegment naming it."""
     try:
         if rootfs.is_local(fs):
-            meta = pq.read_metadata(path)
+            with _LOCAL_FILES.open_input_file(path) as f:
+                meta = pq.read_metadata(f)
         else:
             with fs.open(path, "rb") as f:
                 meta = pq.read_metadata(f)
@@ -463,12 +466,15 @@ def read_columns(fs: fsspec.AbstractFileSystem, path: str, footer: Footer, colum
     """Some columns (None: all) of some row groups (None: all) of a segment, reusing its parsed footer."""
     try:
         if rootfs.is_local(fs):
-            file = pq.ParquetFile(path, metadata=footer.meta, pre_buffer=False)  # one column chunk read at a time: less to copy
+            source = _LOCAL_FILES.open_input_file(path)
         else:
-            file = pq.ParquetFile(io.BytesIO(fs.cat_file(path)))
-        if groups is None or len(groups) == file.metadata.num_row_groups:
-            return file.read(columns=columns, use_threads=False)
-        return file.read_row_groups(groups, columns=columns, use_threads=False)
+            source = pa.BufferReader(fs.cat_file(path))
+        with source:
+            # one column chunk read at a time (no pre-buffering): less to copy
+            file = pq.ParquetFile(source, metadata=footer.meta if rootfs.is_local(fs) else None, pre_buffer=False)
+            if groups is None or len(groups) == file.metadata.num_row_groups:
+                return file.read(columns=columns, use_threads=False)
+            return file.read_row_groups(groups, columns=columns, use_threads=False)
     except FileNotFoundError:
         raise
     except Exception as e:
