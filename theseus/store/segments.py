@@ -22,7 +22,6 @@ folders it saw (:func:`record_listings`) for Stores that have listed nothing yet
 from __future__ import annotations
 
 import fnmatch
-import io
 import json
 import os
 import re
