@@ -182,9 +182,8 @@ class Cursor:
         if keys is not None:
             if isinstance(keys, str):
                 keys = [keys]
-            keys = [schema.check_user_key(k) for k in keys]
-        frame = self._run(keys, all_user_keys=keys is None, select=True)
-        return _dicts(frame) if frame.width else []
+            keys = list(dict.fromkeys(schema.check_user_key(k) for k in keys))  # a key asked twice is one column
+        return _dicts(self._run(keys, all_user_keys=keys is None, select=True))
 
     def frame(self, keys: list[str] | None = None) -> pl.LazyFrame:
         """The result as a Polars LazyFrame: node identity plus every user key, or plus ``keys``
@@ -239,17 +238,18 @@ class Cursor:
     # -- execution ----------------------------------------------------------------
 
     def _run(self, select_keys: list[str] | None, all_user_keys: bool = False, parent: bool = False,
-             select: bool = False, identity: bool = False) -> pl.DataFrame:
+             select: bool = False, identity: bool = False) -> pl.DataFrame | dict[str, list]:
         """Plan and collect the result; retried when a compaction retires a segment mid-read.
 
         With ``select``, only the value columns (``select_keys``, or every user key),
-        after the node identity columns with ``identity``, and only rows holding one of them.
+        after the node identity columns with ``identity``, and only rows holding one of them
+        (as ``{column: values}`` when :meth:`_plan` answers from the folds alone).
         """
         for attempt in range(_RETRIES):
             try:
                 scope = Scope(self.store, self.name_glob, self.nonce_glob)
                 plan = self._plan(scope, select_keys, all_user_keys, parent, select, identity)
-                return plan if isinstance(plan, pl.DataFrame) else plan.collect()
+                return plan.collect() if isinstance(plan, pl.LazyFrame) else plan
             except CorruptSegment:
                 raise
             except (FileNotFoundError, pl.exceptions.PolarsError, OSError) as e:
@@ -259,10 +259,10 @@ class Cursor:
         raise AssertionError("unreachable")
 
     def _plan(self, scope: Scope, select_keys: list[str] | None, all_user_keys: bool, parent: bool,
-              select: bool = False, identity: bool = False) -> pl.LazyFrame | pl.DataFrame:
+              select: bool = False, identity: bool = False) -> pl.LazyFrame | dict[str, list]:
         """The query as a Polars plan over the scope's nodes; or, for a plain ``select(keys)``
-        (no filter, sort, limit or latest) of runs all read from the log, the folded columns
-        themselves: the plan would only project them."""
+        (no filter, sort, limit or latest) of runs all read from the log, the folded values
+        themselves (``{key: values}``): the plan would only project them."""
         types = scope.types()
         used = [f[1] for f in self.node_filters if f[0] in ("has", "where")] + [k for k, _ in self.sorts]
         used += select_keys or []
@@ -285,7 +285,7 @@ class Cursor:
             rows = None
         plain = not (self.node_filters or self.run_filters or self.sorts or self.only_latest or self.limit_n is not None)
         if select and select_keys and not identity and plain:
-            folded = scope.log_columns(fold_keys, select_keys)
+            folded = scope.log_values(fold_keys, select_keys)
             if folded is not None:
                 return folded
         run_filter = self._run_filter() if self.run_filters else None
@@ -330,10 +330,14 @@ class Cursor:
         return keep
 
 
-def _dicts(frame: pl.DataFrame) -> list[dict[str, Any]]:
+def _dicts(frame: pl.DataFrame | dict[str, list]) -> list[dict[str, Any]]:
     """Rows as dicts, built from Python lists (faster than ``DataFrame.to_dicts`` for few columns)."""
-    columns = frame.columns
-    lists = [frame[c].to_list() for c in columns]
+    if isinstance(frame, dict):
+        columns, lists = list(frame), list(frame.values())
+    else:
+        columns, lists = frame.columns, [frame[c].to_list() for c in frame.columns]
+    if not columns:
+        return []
     if len(columns) == 1:
         (a,) = columns
         return [{a: x} for x in lists[0]]

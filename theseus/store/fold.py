@@ -77,6 +77,52 @@ def fold_run(
     >>> run.frame.rows()
     [(0, 5.0, None), (1, 2.0, 'x')]
     """
+    data, blocks_of, seqs, values = _fold_segments(fs, segments, keys, rows, parent, written, latest)
+    columns = [pl.Series("seq", seqs)]
+    if parent:
+        columns.append(_per_node(data, seqs, "parent"))
+    if written:
+        columns.append(_per_node(data, seqs, "stamp").alias(WRITTEN))
+    for key, kind in keys.items():
+        columns.append(pl.Series(key, values[key], dtype=DTYPES[kind]))
+    return RunFold(pl.DataFrame(columns), {k: _latest(blocks_of[k]) for k in latest if blocks_of[k]})
+
+
+def fold_values(fs: fsspec.AbstractFileSystem, segments: list[tuple[str, Footer]], keys: dict[str, str],
+                rows: list[str]) -> dict[str, pa.Array]:
+    """:func:`fold_run`'s key columns alone, as Arrow arrays: the values of ``keys`` (read
+    types) for the nodes holding one of ``rows``, in seq order, null where a node lacks one.
+
+    >>> import tempfile
+    >>> from theseus.store import Store, Node
+    >>> store = Store(tempfile.mkdtemp())
+    >>> n = Node.start("doc")
+    >>> with store.writer() as w:
+    ...     w.write(n, {"a": 1.0}); w.write(n.next(), {"b": "x"}); w.write(n.next().next(), {"a": 3})
+    >>> paths = store._segments()
+    >>> values = fold_values(store.fs, list(zip(paths, store._footers.footers(paths))), {"a": "float"}, ["a"])
+    >>> values["a"].to_pylist()
+    [1.0, 3.0]
+    """
+    return _fold_segments(fs, segments, keys, rows, False, False, ())[3]
+
+
+def python_values(values: pa.Array) -> list:
+    """An Arrow array's values as a Python list (None for nulls); numbers without nulls go
+    through numpy, several times faster than Arrow's own ``to_pylist``.
+
+    >>> python_values(pa.array([1.5, 2.0])), python_values(pa.array([1, None])), python_values(pa.array(["a"]))
+    ([1.5, 2.0], [1, None], ['a'])
+    """
+    if values.null_count == 0 and (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)
+                                   or pa.types.is_boolean(values.type)):
+        return values.to_numpy(zero_copy_only=False).tolist()
+    return values.to_pylist()
+
+
+def _fold_segments(fs, segments, keys, rows, parent, written, latest) -> tuple[list[_Segment], dict, np.ndarray, dict[str, pa.Array]]:
+    """Read what a fold needs from ``segments`` and fold each key: ``(segments read, blocks
+    by key, seqs of the nodes, {key: its values at those seqs})``."""
     data = [_Segment(fs, path, footer) for path, footer in segments]
     blocks_of = {k: _blocks(data, k) for k in dict.fromkeys([*keys, *latest, *(rows or [])])}
     overlap = {k: _overlapping(b) for k, b in blocks_of.items()}
@@ -99,14 +145,7 @@ def fold_run(
     for key in dict.fromkeys([*keys, *(rows or [])]):
         folded[key] = _fold_key(blocks_of[key], keys.get(key, "str"), overlap[key])
     seqs = _all_seqs(data) if rows is None else _union([folded[k][0] for k in rows])
-    columns = [pl.Series("seq", seqs)]
-    if parent:
-        columns.append(_per_node(data, seqs, "parent"))
-    if written:
-        columns.append(_per_node(data, seqs, "stamp").alias(WRITTEN))
-    for key, kind in keys.items():
-        columns.append(pl.Series(key, _align(*folded[key], seqs, kind), dtype=DTYPES[kind]))
-    return RunFold(pl.DataFrame(columns), {k: _latest(blocks_of[k]) for k in latest if blocks_of[k]})
+    return data, blocks_of, seqs, {key: _align(*folded[key], seqs, kind) for key, kind in keys.items()}
 
 
 def with_identity(frame: pl.DataFrame, name: str, nonce: str) -> pl.DataFrame:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable
 
 import polars as pl
 
-from theseus.store.fold import DTYPES, WRITTEN, fold_run, with_identity
+from theseus.store.fold import DTYPES, WRITTEN, fold_run, fold_values, python_values, with_identity
 from theseus.store.segments import is_glob, union_keys
 from theseus.store.view import View, scan_view, stored_columns, view_columns
 
@@ -133,22 +133,25 @@ class Scope:
             return empty_nodes(keys, parent, written).lazy(), True
         return (parts[0], True) if len(parts) == 1 else (pl.concat(parts), False)
 
-    def log_columns(self, keys: dict[str, str], columns: list[str]) -> pl.DataFrame | None:
-        """``columns`` of the nodes holding one of them, runs in order, when every run of the
-        scope is read from the log (None otherwise): the folds' own columns, with no Polars plan
-        to build and run (a projection is all a plain ``select()`` asks of them).
+    def log_values(self, keys: dict[str, str], columns: list[str]) -> dict[str, list] | None:
+        """``{column: values}`` (Python lists) of the nodes holding one of ``columns``, runs in
+        order, when every run of the scope is read from the log (None otherwise): the folds'
+        own values, with no frame built and no Polars plan run (a projection is all a plain
+        ``select()`` asks of them).
 
         >>> from theseus.store.store import _doc_store
         >>> store, n = _doc_store()
-        >>> Scope(store, nonce=n.nonce).log_columns({"loss": "float"}, ["loss"]).rows()
-        [(1.5,)]
+        >>> Scope(store, nonce=n.nonce).log_values({"loss": "float"}, ["loss"])
+        {'loss': [1.5]}
         """
         if self.in_view or not self.runs:
             return None
-        folds = [self._fold(run, paths, keys, columns, False, False, ())[0] for run, paths in self.runs.items()]
-        if len(folds) == 1:
-            return pl.DataFrame([folds[0].get_column(c) for c in columns])
-        return pl.DataFrame([pl.concat([f.get_column(c) for f in folds], rechunk=False) for c in columns])
+        out: dict[str, list] = {c: [] for c in columns}
+        for paths in self.runs.values():
+            values = fold_values(self.store.fs, list(zip(paths, self.store._footers.footers(paths))), keys, columns)
+            for c in columns:
+                out[c] += python_values(values[c])
+        return out
 
     def _fold(self, run, paths, keys, rows, parent, written, run_keys) -> tuple[pl.DataFrame, dict]:
         """The run's fold from the log (seq first, no name or nonce columns) and its latest records."""
