@@ -462,6 +462,7 @@ def bench_grid(cache: Path, runs: int, steps: int, flushes: int, repeat: int) ->
 def bench_commit(tmp: str, commits: int) -> None:
     print(f"\n[4] synchronous commit record: {commits} x w.checkpoint(node, 'objects/x') on {tmp}", flush=True)
     work = tempfile.mkdtemp(prefix="store-bench-commit-", dir=tmp)
+    os.sync()  # the bench's own earlier writes (runs, repos, deleted scratch folders) are not the commit's to flush
     try:
         store = Store(work)
         node = Node.start("bench.commit.run")
