@@ -513,17 +513,18 @@ against raw Polars on one wide Parquet file, all in one run (issue 2's figures):
    imports). Aim: `run.track({8 keys}, step=i)` per step, then `close()` (median of 5 runs,
    each after 3 of theseus': a theseus run lasts ~50 ms, so one noisy moment of the shared
    machine can double it, while Aim's ~10 s runs average the noise out; its run index, which
-   Aim's server normally builds in the background, is built untimed). MLflow: one `log_batch` of 8 metrics per step; at ~25 ms
-   per step on this disk (two sqlite commits per call) only the first 1,000 steps are timed,
-   the rest are filled untimed in batches of 1,000.
+   Aim's server normally builds in the background, is built untimed). MLflow: one
+   `log_batch` of 8 metrics per step; at ~25 ms per step on this disk (two sqlite commits per
+   call) only the first 1,000 steps are timed, the rest are filled untimed in batches of 1,000.
 2. **History** of 2 keys of that run into Python lists. theseus:
    `find().nonce(n).select(keys=[a, b])` (the seed's `loss_over_time` idiom) then one list
    per key (`map(itemgetter(k), rows)`). MLflow: `get_metric_history` x 2
    (`map(attrgetter("value"), metrics)`). Like for like: *cold* is a new `Store` against a
    new `MlflowClient` (a fresh script's read), *warm* one reused `Store` against one reused
-   client; the mixed pair (new Store, reused client) is shown too, for reference. Aim: `Run(hash, read_only=True).get_metric(k,
-   Context({}))` then either `.values.values_list()` (fastest, but in storage order, not step
-   order) or `.data.items_list()` (step order); both are shown.
+   client; the mixed pair (new Store, reused client) is shown too, for reference. Aim:
+   `Run(hash, read_only=True).get_metric(k, Context({}))` then either `.values.values_list()`
+   (fastest, but in storage order, not step order) or `.data.items_list()` (step order); both
+   are shown.
 3. **1,000 runs x 1,000 steps x 8 keys** written through the public writer (5 flushes per
    run, so ~5 segments each) once into `/tmp/theseus-store-bench` and reused; the same rows
    in one wide Parquet file (name, nonce, seq, 8 keys) for raw Polars.
@@ -548,7 +549,8 @@ How theseus gets there (details in the docstrings of `theseus/store`):
   only appends the node, a write stamp, the shape and the values to four lists. A node of the
   writer's own lineage made by `next()` is kept as its seq alone, so a training loop's
   pending records hold nothing the garbage collector walks: a 10,000-step ingest triggers no
-  collection at all (a full pass costs 120-150 ms in a process with MLflow and Aim loaded). `Node.next()` does not encode its parent's id: a node computes it when asked, and a
+  collection at all (a full pass costs 120-150 ms in a process with MLflow and Aim loaded).
+  `Node.next()` does not encode its parent's id: a node computes it when asked, and a
   flush encodes a run's ids and parent ids at once (numpy base64 over the digits; the
   `name:nonce:` prefix is encoded once). A flush of one float shape builds its columns in one
   numpy pass. Segments are key-major: each key's rows are contiguous, in (seq, stamp, writer)
@@ -560,9 +562,10 @@ How theseus gets there (details in the docstrings of `theseus/store`):
   only the asked keys' columns. Records are merged by write stamp only where two segments
   hold the same seq of a key, which the footers' seq ranges rule out for a run written in
   order; no group-by or join over the run. A plain `select(keys)` (no filter, sort or limit)
-  of runs read from the log takes the folds' columns as they are: the Polars plan would only
-  project them, and building and running it cost ~1 ms in the bench process (0.15 ms to take
-  the columns). What is left is mostly the 10,000 dicts `select()` returns (a dict display
+  of runs read from the log takes the folded values as they are, without Polars: the plan
+  would only project them, and building a frame and running the plan cost ~1.5 ms in the
+  bench process right after MLflow's read (the CPU caches are cold then, and every library
+  call costs several times what it does in a loop). What is left is mostly the 10,000 dicts `select()` returns (a dict display
   per row, CPython's floor: `to_dicts`, Arrow's `to_pylist` and `dict(zip())` are slower).
 - *Queries after compaction*: `compact()` also writes a **view**,
   `view/v-<stamp>-<writer>.parquet`: the folded log, one row per node (name, nonce, seq,
