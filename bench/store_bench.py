@@ -565,8 +565,9 @@ How theseus gets there (details in the docstrings of `theseus/store`):
   of runs read from the log takes the folded values as they are, without Polars: the plan
   would only project them, and building a frame and running the plan cost ~1.5 ms in the
   bench process right after MLflow's read (the CPU caches are cold then, and every library
-  call costs several times what it does in a loop). What is left is mostly the 10,000 dicts `select()` returns (a dict display
-  per row, CPython's floor: `to_dicts`, Arrow's `to_pylist` and `dict(zip())` are slower).
+  call costs several times what it does in a loop). What is left is mostly the 10,000
+  dicts `select()` returns (a dict display per row, CPython's floor: `to_dicts`, Arrow's
+  `to_pylist` and `dict(zip())` are slower).
 - *Queries after compaction*: `compact()` also writes a **view**,
   `view/v-<stamp>-<writer>.parquet`: the folded log, one row per node (name, nonce, seq,
   parent, `_written`, `_run`, a column per key), sorted by name, nonce and seq, 16,384-row
