@@ -226,11 +226,12 @@ def bench_ingest_history(tmp: str, steps: int, mlflow_steps: int, repeat: int) -
     work = tempfile.mkdtemp(prefix="store-bench-ingest-", dir=tmp)
     vs = lambda n, t: f"{n / t:,.0f} values/s"  # noqa: E731
     try:
-        # one-time process costs (lazy imports: pyarrow imports pandas on the first flush) are
-        # paid by a 10-step warm-up per system, as a long training process would pay them once
-        t_warm, _ = theseus_ingest(f"{work}/warm-theseus", values[:10])
-        aim_ingest(f"{work}/warm-aim", values[:10])
-        print(f"  (warm-up: theseus' first 10-step write+close in this process took {t_warm:.2f} s)", flush=True)
+        # one-time process costs (lazy imports: pyarrow imports pandas on the first flush; the
+        # first large segment's codec and buffers) are paid by a 1,000-step warm-up per system
+        # (8,000 values: a flush past SMALL_SEGMENT_ROWS), as a long training process pays them once
+        t_warm, _ = theseus_ingest(f"{work}/warm-theseus", values[:1000])
+        aim_ingest(f"{work}/warm-aim", values[:1000])
+        print(f"  (warm-up: theseus' first 1,000-step write+close in this process took {t_warm:.2f} s)", flush=True)
         # theseus and Aim alternate, so a slow spell of the shared machine hits both: 5 Aim runs
         # (~10 s each), each after 3 theseus runs (~50 ms each: one noisy moment can double one)
         runs, aim_runs = [], []
@@ -509,8 +510,8 @@ against raw Polars on one wide Parquet file, all in one run (issue 2's figures):
 
 1. **Ingest**: 1 run x 10,000 steps x 8 float keys at default durability, close included.
    theseus: `with store.writer() as w:` + `w.write(node, {8 keys}); node = node.next()` per
-   step (median of 15 runs, after a 10-step warm-up that pays the process's one-time lazy
-   imports). Aim: `run.track({8 keys}, step=i)` per step, then `close()` (median of 5 runs,
+   step (median of 15 runs, after a 1,000-step warm-up that pays the process's one-time costs:
+   lazy imports, the first large segment's codec and buffers). Aim: `run.track({8 keys}, step=i)` per step, then `close()` (median of 5 runs,
    each after 3 of theseus': a theseus run lasts ~50 ms, so one noisy moment of the shared
    machine can double it, while Aim's ~10 s runs average the noise out; its run index, which
    Aim's server normally builds in the background, is built untimed). MLflow: one
