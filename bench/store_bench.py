@@ -510,11 +510,12 @@ against raw Polars on one wide Parquet file, all in one run (issue 2's figures):
 
 1. **Ingest**: 1 run x 10,000 steps x 8 float keys at default durability, close included.
    theseus: `with store.writer() as w:` + `w.write(node, {8 keys}); node = node.next()` per
-   step (median of 15 runs, after a 1,000-step warm-up that pays the process's one-time costs:
-   lazy imports, the first large segment's codec and buffers). Aim: `run.track({8 keys}, step=i)` per step, then `close()` (median of 5 runs,
-   each after 3 of theseus': a theseus run lasts ~50 ms, so one noisy moment of the shared
-   machine can double it, while Aim's ~10 s runs average the noise out; its run index, which
-   Aim's server normally builds in the background, is built untimed). MLflow: one
+   step (median of 15 runs, after a 1,000-step warm-up that pays the process's one-time
+   costs: lazy imports, the first large segment's codec and buffers). Aim: `run.track({8
+   keys}, step=i)` per step, then `close()` (median of 5 runs, each after 3 of theseus': a
+   theseus run lasts ~50 ms, so one noisy moment of the shared machine can double it, while
+   Aim's ~10 s runs average the noise out; its run index, which Aim's server normally builds
+   in the background, is built untimed). MLflow: one
    `log_batch` of 8 metrics per step; at ~25 ms per step on this disk (two sqlite commits per
    call) only the first 1,000 steps are timed, the rest are filled untimed in batches of 1,000.
 2. **History** of 2 keys of that run into Python lists. theseus:
