@@ -13,6 +13,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from operator import countOf
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
 import numpy as np
@@ -287,7 +288,7 @@ class Writer:
         # write stamps strictly increase in record order across the writer's life:
         # s[i] = max(clock[i], s[i - 1] + 1), as a running maximum of clock[i] - i
         steps = np.arange(len(entries))
-        lifted = np.array(clock, np.int64) - steps
+        lifted = np.fromiter(clock, np.int64, len(clock)) - steps
         lifted[0] = max(lifted[0], self._last_stamp + 1)
         stamps = np.maximum.accumulate(lifted) + steps
         seqs, given, rows_of = split_runs(entries, (self._chain_name, self._chain_nonce))
@@ -312,9 +313,14 @@ def split_runs(entries: list[Node | int], chain: tuple[str, str]) -> tuple[np.nd
     >>> seqs.tolist(), given, [(run[0], rows) for run, rows in rows_of.items()]
     ([0, 1, 2, 0], {0: None, 3: None}, [('a.b.c', [0, 1, 2]), ('x.y.z', [3])])
     """
-    at = [i for i, kind in enumerate(map(type, entries)) if kind is not int]  # the entries kept as nodes
-    if not at:
-        return np.array(entries, np.int64), None, {chain: None}
+    n = len(entries)
+    kept = n - countOf(map(type, entries), int)  # entries kept as nodes
+    if not kept:
+        return np.fromiter(entries, np.int64, n), None, {chain: None}
+    if countOf(map(type, entries[:kept]), int) == 0:  # the usual case: they come first (a run's start)
+        at: range | list[int] = range(kept)
+    else:
+        at = [i for i, kind in enumerate(map(type, entries)) if kind is not int]
     seqs = list(entries)
     given: dict[int, str | None] = {}
     run_of: dict[int, tuple[str, str]] = {}  # rows of runs other than the chain
@@ -326,11 +332,11 @@ def split_runs(entries: list[Node | int], chain: tuple[str, str]) -> tuple[np.nd
         if (node.name, node.nonce) != chain:
             run_of[i] = (node.name, node.nonce)
     if not run_of:
-        return np.array(seqs, np.int64), given or None, {chain: None}
+        return np.fromiter(seqs, np.int64, n), given or None, {chain: None}
     rows_of: dict[tuple[str, str], list[int]] = {}
-    for i in range(len(entries)):
+    for i in range(n):
         rows_of.setdefault(run_of.get(i, chain), []).append(i)
-    return np.array(seqs, np.int64), given or None, rows_of
+    return np.fromiter(seqs, np.int64, n), given or None, rows_of
 
 
 def build_segment(records: Records, name: str, nonce: str, writer: str) -> tuple[pa.Table, dict[str, str], dict]:
