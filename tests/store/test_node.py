@@ -68,22 +68,28 @@ def test_encode_ids_matches_encode_id(name, nonce, seqs):
 
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2_000)), min_size=1, max_size=30))
 def test_id_columns_match_each_nodes_ids(plan):
-    """Any mix of next() chains, branch points and nodes read back gets every id and parent right."""
-    from theseus.store.node import node_columns
+    """Any mix of next() chains (pending as seqs, as the writer keeps them), branch points and
+    nodes read back, in any order, gets every id and parent right."""
+    from theseus.store.node import lineage_columns
+    from theseus.store.writer import split_runs
 
     start = Node.start("x")
     branch = Node.start("x", parent=start.id)
-    made = []
+    made, entries = [], []
     for kind, seq in plan:
         if kind == 0:
-            made.append(Node(start.name, start.nonce, seq).next())
+            node = Node(start.name, start.nonce, seq).next()
         elif kind == 1:
-            made.append(Node(start.name, start.nonce, seq, parent=branch.id))
+            node = Node(start.name, start.nonce, seq, parent=branch.id)
         elif kind == 2:
-            made.append(Node(start.name, start.nonce, seq))
+            node = Node(start.name, start.nonce, seq)
         else:
-            made.append(Node(start.name, start.nonce, seq * 10**12).next())
-    seqs, ids, parents = node_columns(made)
+            node = Node(start.name, start.nonce, seq * 10**12).next()
+        made.append(node)
+        entries.append(node.seq if kind in (0, 3) else node)  # the writer keeps next()'s nodes as seqs
+    seqs, given, rows_of = split_runs(entries, (start.name, start.nonce))
+    assert rows_of == {(start.name, start.nonce): None}
+    ids, parents = lineage_columns(start.name, start.nonce, seqs, given)
     assert seqs.tolist() == [n.seq for n in made]
     assert ids.to_pylist() == [n.id for n in made]
     assert parents.to_pylist() == [n.parent for n in made]
@@ -102,8 +108,10 @@ def test_nodes_are_immutable_hashable_and_pickle():
     assert a != Node(a.name, a.nonce, 1) and a != (a.name, a.nonce, 1, a.parent)
 
 
-def test_id_columns_refuses_two_lineages():
-    from theseus.store.node import node_columns
+def test_id_columns_refuse_a_previous_node_before_seq_0():
+    from theseus.store.node import lineage_columns
 
-    with pytest.raises(ValueError, match="one lineage"):
-        node_columns([Node.start("x"), Node.start("y")])
+    with pytest.raises(ValueError, match="seq 0 has no previous node"):
+        lineage_columns("x.y.z", "949e88", np.array([0, 1]))  # seq 0 without its parent given
+    ids, parents = lineage_columns("x.y.z", "949e88", np.array([0, 1]), {0: None})
+    assert parents.to_pylist() == [None, ids[0].as_py()]

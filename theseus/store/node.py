@@ -6,7 +6,7 @@ import base64
 import binascii
 import re
 import secrets
-from operator import attrgetter, countOf
+from operator import attrgetter
 
 import numpy as np
 import pyarrow as pa
@@ -96,7 +96,7 @@ class Node:
 
     Immutable and compared by all four fields. A node made by :meth:`next` computes its
     parent's id only when it is read, so a training loop pays nothing per step for it
-    (the writer encodes a whole flush of ids at once with :func:`node_columns`).
+    (the writer encodes a whole flush of ids at once with :func:`lineage_columns`).
 
     >>> n = Node.start("train-gpt")
     >>> n.name, n.seq, n.parent
@@ -287,43 +287,6 @@ def _base64url(raw: np.ndarray) -> np.ndarray:
     return encoded.reshape(rows, -1)[:, :(4 * width + 2) // 3]
 
 
-def same_lineage(nodes: list[Node]) -> bool:
-    """True when every node has the first one's name and nonce.
-
-    >>> a = Node("a.b.c", "949e88", 0)
-    >>> same_lineage([a, a.next()]), same_lineage([a, Node("a.b.c", "949e89", 0)])
-    (True, False)
-    """
-    # next() hands the same name and nonce objects on, so these counts are mostly identity checks
-    first, n = nodes[0], len(nodes)
-    return countOf(map(_NAME_OF, nodes), first.name) == n and countOf(map(_NONCE_OF, nodes), first.nonce) == n
-
-
-def node_columns(nodes: list[Node], check: bool = True) -> tuple[np.ndarray, pa.DictionaryArray, pa.DictionaryArray]:
-    """The seqs, ids and parent ids of one lineage's nodes, one entry per node.
-
-    ``check=False`` skips checking that the nodes are of one lineage, for a caller that
-    grouped them so. Nodes made by :meth:`Node.next` get their parent ids from the same
-    vectorized encoding as their own ids (:func:`lineage_columns`).
-
-    >>> a = Node("a.b.c", "949e88", 0)
-    >>> seqs, ids, parents = node_columns([a, a.next(), a.next().next()])
-    >>> seqs.tolist()
-    [0, 1, 2]
-    >>> ids.to_pylist() == [a.id, a.next().id, a.next().next().id]
-    True
-    >>> parents.to_pylist() == [None, a.id, a.next().id]
-    True
-    """
-    first, n = nodes[0], len(nodes)
-    if check and not same_lineage(nodes):
-        raise ValueError("node_columns takes the nodes of one lineage (one name and nonce)")
-    seqs = np.fromiter(map(_SEQ_OF, nodes), np.int64, n)
-    marks = list(map(_PARENT_OF, nodes))
-    given = None if marks.count(_PREVIOUS) == n else {i: m for i, m in enumerate(marks) if m is not _PREVIOUS}
-    return (seqs, *lineage_columns(first.name, first.nonce, seqs, given))
-
-
 def lineage_columns(name: str, nonce: str, seqs: np.ndarray,
                     given: dict[int, str | None] | None = None) -> tuple[pa.DictionaryArray, pa.DictionaryArray]:
     """Ids and parent ids of the nodes ``seqs`` of one lineage, as dictionary arrays over one dictionary.
@@ -369,9 +332,3 @@ def lineage_columns(name: str, nonce: str, seqs: np.ndarray,
     ids = pa.DictionaryArray.from_arrays(pa.array(node_codes), dictionary)
     parents = pa.DictionaryArray.from_arrays(pa.array(parent_codes, mask=~has_parent), dictionary)
     return ids, parents
-
-
-_NAME_OF = attrgetter("_name")
-_NONCE_OF = attrgetter("_nonce")
-_SEQ_OF = attrgetter("_seq")
-_PARENT_OF = attrgetter("_parent")
