@@ -23,8 +23,6 @@ def open_root(root: str | os.PathLike) -> tuple[fsspec.AbstractFileSystem, str]:
     root = os.fspath(root)
     if not root:
         raise ValueError("root must be a non-empty path or URL")
-    if "://" not in root and "::" not in root:  # a plain local path: no URL to parse
-        return LocalFileSystem(), os.path.abspath(os.path.expanduser(root)).rstrip("/") or "/"
     fs, path = fsspec.core.url_to_fs(root)
     if is_local(fs):
         path = os.path.abspath(path)

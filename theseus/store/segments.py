@@ -470,7 +470,7 @@ def read_columns(fs: fsspec.AbstractFileSystem, path: str, footer: Footer, colum
             source = pa.BufferReader(fs.cat_file(path))
         with source:
             # one column chunk read at a time (no pre-buffering): less to copy
-            file = pq.ParquetFile(source, metadata=footer.meta if rootfs.is_local(fs) else None, pre_buffer=False)
+            file = pq.ParquetFile(source, metadata=footer.meta, pre_buffer=False)
             if groups is None or len(groups) == file.metadata.num_row_groups:
                 return file.read(columns=columns, use_threads=False)
             return file.read_row_groups(groups, columns=columns, use_threads=False)
