@@ -123,11 +123,7 @@ class Scope:
             if rows:
                 frame = frame.filter(pl.any_horizontal(pl.col(k).is_not_null() for k in rows))
             parts.append(frame)
-        if len(overlay) == 1:  # one lineage (the usual history): its identity columns stay lazy,
-            (name, nonce), frame = overlay[0]  # so a projection without them never builds them
-            parts.append(frame.lazy().select(pl.lit(name, pl.String).alias("name"), pl.lit(nonce, pl.String).alias("nonce"),
-                                             pl.all()))
-        elif overlay:
+        if overlay:
             parts.append(pl.concat([with_identity(frame, *run) for run, frame in overlay]).lazy())
         if not parts:
             return empty_nodes(keys, parent, written).lazy(), True
