@@ -289,3 +289,22 @@ def test_frame_of_keys_is_select_with_node_identity(tmp_path):
     assert cursor.where("train/loss", "<", 8).frame(keys="train/tokens").collect()["train/tokens"].to_list() == [3000]
     with pytest.raises(UnknownKey, match="train/los"):
         cursor.frame(keys=["train/los"])
+
+
+def test_plain_select_of_every_type_with_gaps_equals_the_plan(tmp_path):
+    """select(keys) read straight from the folds (numbers through numpy, gaps and strings through
+    Arrow) gives the values and types the Polars plan gives, for bool, int, float and str keys."""
+    store = Store(tmp_path)
+    node = Node.start("types")
+    rows = [{"b": True, "i": 2**40, "f": 0.5, "s": "x"}, {"i": 3, "s": ""}, {"b": False, "f": -1.0}, {"s": "é"}]
+    with store.writer() as w:
+        for row in rows:
+            w.write(node, row)
+            node = node.next()
+    cursor = store.find().nonce(node.nonce)
+    for keys in (["b"], ["i"], ["f"], ["s"], ["i", "f"], ["b", "s", "i", "f"]):
+        got = cursor.select(keys=keys)
+        assert got == cursor.frame(keys=keys).collect().select(keys).to_dicts()
+        assert got == [{k: row.get(k) for k in keys} for row in rows if any(k in row for k in keys)]
+        assert [type(v) for r in got for v in r.values() if v is not None] == \
+               [type(row[k]) for row in rows for k in keys if k in row]
