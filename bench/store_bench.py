@@ -515,9 +515,9 @@ against raw Polars on one wide Parquet file, all in one run (issue 2's figures):
    keys}, step=i)` per step, then `close()` (median of 5 runs, each after 3 of theseus': a
    theseus run lasts ~50 ms, so one noisy moment of the shared machine can double it, while
    Aim's ~10 s runs average the noise out; its run index, which Aim's server normally builds
-   in the background, is built untimed). MLflow: one
-   `log_batch` of 8 metrics per step; at ~25 ms per step on this disk (two sqlite commits per
-   call) only the first 1,000 steps are timed, the rest are filled untimed in batches of 1,000.
+   in the background, is built untimed). MLflow: one `log_batch` of 8 metrics per step; at
+   ~25 ms per step on this disk (two sqlite commits per call) only the first 1,000 steps are
+   timed, the rest are filled untimed in batches of 1,000.
 2. **History** of 2 keys of that run into Python lists. theseus:
    `find().nonce(n).select(keys=[a, b])` (the seed's `loss_over_time` idiom) then one list
    per key (`map(itemgetter(k), rows)`). MLflow: `get_metric_history` x 2
@@ -553,8 +553,8 @@ How theseus gets there (details in the docstrings of `theseus/store`):
   pending records hold nothing the garbage collector walks: a 10,000-step ingest triggers no
   collection at all (a full pass costs 120-150 ms in a process with MLflow and Aim loaded).
   `Node.next()` does not encode its parent's id: a node computes it when asked, and a
-  flush encodes a run's ids and parent ids at once (numpy base64 over the digits; the
-  `name:nonce:` prefix is encoded once). A flush of one float shape builds its columns in one
+  flush encodes a run's ids and parent ids at once (the `name:nonce:` prefix once, the
+  digit groups of every id in one `binascii` call). A flush of one float shape builds its columns in one
   numpy pass. Segments are key-major: each key's rows are contiguous, in (seq, stamp, writer)
   order, and a footer index (`theseus.index`) says where. Node ids go to Parquet as dictionary
   arrays, seqs and stamps delta-encoded; float values are stored plain (they hardly
