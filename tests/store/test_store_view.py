@@ -217,3 +217,57 @@ def test_a_query_over_many_runs_scans_the_view(root):
     assert fresh.find().where("tokens", ">=", 1).sort("loss", ascending=False).limit(4).select(keys=["loss"]) == before
     assert before == [{"loss": 92.0}, {"loss": 91.0}, {"loss": 82.0}, {"loss": 81.0}]
     assert len(fresh.find().spec(project="proj", group="many").all()) == 30
+
+
+def test_required_and_nullable_segments_read_together(root):
+    """The writer stores the columns every record fills (node, seq, stamp, writer, key) as
+    required; an older theseus stored them nullable. Segments of both kinds in one run read
+    together, through theseus (log, Polars plan, compaction) and raw pandas."""
+    import io
+
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from theseus.store import fs as rootfs
+    from theseus.store.schema import SEGMENT_SCHEMA
+
+    store = Store(root)
+    a = Node.start("proj.view.required")
+    metrics = lambda i: {f"m{j}": float(i * 8 + j) for j in range(8)}  # noqa: E731 (one float shape: the flush's fast path)
+    node = a
+    with store.writer() as w:
+        for i in range(600):  # 4,800 rows: a large segment
+            w.write(node, metrics(i))
+            node = node.next()
+    end = write_steps(store, node, 3)
+    (first, second) = sorted(store._segments())
+    for path in (first, second):
+        schema = pq.read_schema(io.BytesIO(store.fs.cat_file(path)))
+        assert [f.name for f in schema if not f.nullable] == ["node", "seq", "stamp", "writer", "key"]
+    # rewrite the first segment as an older theseus wrote it: every column nullable
+    table = pq.read_table(io.BytesIO(store.fs.cat_file(first)))
+    assert not table.schema.field("seq").nullable
+    legacy = table.cast(SEGMENT_SCHEMA.with_metadata(table.schema.metadata))
+    sink = io.BytesIO()
+    pq.write_table(legacy, sink)
+    store.fs.rm(first)
+    rootfs.publish(store.fs, first, sink.getvalue())
+    assert pq.read_schema(io.BytesIO(store.fs.cat_file(first))).field("seq").nullable
+
+    expected_rows = [{**metrics(i), "loss": None} for i in range(600)] + [{**{f"m{j}": None for j in range(8)}, "loss": 10.0 - i}
+                                                                         for i in range(3)]
+    keys = [*(f"m{j}" for j in range(8)), "loss"]
+    fresh = Store(root)
+    assert fresh.find().nonce(a.nonce).select(keys=keys) == expected_rows
+    assert fresh.find().nonce(a.nonce).where("m0", ">=", 8 * 598).select(keys=["m0"]) == [{"m0": 8.0 * 598}, {"m0": 8.0 * 599}]
+    frame = fresh.find().nonce(a.nonce).frame().collect()
+    assert frame.height == 603 and frame["node"].to_list()[-1] == Node(end.name, end.nonce, end.seq - 1).id
+    runs = fresh.runs()  # a plan over whole segments (gs://: fetched and concatenated)
+    assert runs.height == 1 and runs["nodes"].item() == 603 and runs["last seq"].item() == 602
+    before = answers(fresh, a.nonce)
+    if rootfs.is_local(store.fs):  # raw readers see one schema across both kinds of segment
+        raw = pd.read_parquet(os.path.join(root, "log"))
+        assert len(raw) == 600 * 8 + 3 * 2 and raw["seq"].dtype == "int64"
+        assert pl.scan_parquet(f"{root}/log/**/*.parquet", hive_partitioning=True).select(pl.len()).collect().item() == len(raw)
+    store.compact()
+    assert answers(Store(root), a.nonce) == before

@@ -35,7 +35,8 @@ def scan(fs: fsspec.AbstractFileSystem, paths: list[str]) -> pl.LazyFrame:
         return pl.scan_parquet(paths, hive_partitioning=True, hive_schema=HIVE)
     with ThreadPoolExecutor(min(32, len(paths))) as pool:
         tables = list(pool.map(lambda p: _read_remote(fs, p), paths))
-    return pl.from_arrow(pa.concat_tables(tables)).lazy()
+    # segments may differ only in which always-filled columns they store as required
+    return pl.from_arrow(pa.concat_tables(tables, promote_options="permissive")).lazy()
 
 
 def _read_remote(fs: fsspec.AbstractFileSystem, path: str) -> pa.Table:
