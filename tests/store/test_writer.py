@@ -85,3 +85,30 @@ def test_pending_records_of_other_lineages_keep_their_nodes(tmp_path):
     for node in written:
         got = store.record(node)
         assert (got["parent"], got["k"]) == (node.parent, float(written.index(node))), node
+
+
+def test_keys_first_seen_as_floats_still_check_each_value(tmp_path):
+    """Keys once written with float values only are looked up by their names alone; a later
+    int, bool, string or array under those keys still goes through the full check."""
+    import io
+
+    import numpy as np
+    import pyarrow.parquet as pq
+    import pytest
+
+    store = Store(tmp_path)
+    n = Node.start("proj.writer.floats")
+    with store.writer() as w:
+        w.write(n, {"a": 1.0, "b": 2.0})
+        w.write(n, {"a": 1.5, "b": 2.5})  # the keys-only lookup
+        w.write(n.next(), {"a": 3, "b": 4.0})  # an int: kept in the int column
+        with pytest.raises(ValueError, match="'a' holds float values; got str"):
+            w.write(n.next().next(), {"a": "x", "b": 5.0})
+        with pytest.raises(ValueError, match=r"store\.objects"):
+            w.write(n.next().next(), {"a": np.zeros(3), "b": 5.0})
+        w.write(n.next().next(), {"a": np.float32(0.5), "b": 6.0})  # a numpy float: converted, read as 0.5
+    assert store.find().nonce(n.nonce).select(keys=["a", "b"]) == [{"a": 1.5, "b": 2.5}, {"a": 3.0, "b": 4.0},
+                                                                   {"a": 0.5, "b": 6.0}]
+    (path,) = store._segments()
+    table = pq.read_table(io.BytesIO(store.fs.cat_file(path)))
+    assert [v for v in table["int"].to_pylist() if v is not None] == [3]
