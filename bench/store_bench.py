@@ -66,7 +66,7 @@ GRID_KEYS = [
 ]  # train/tokens is an int key, the rest floats
 HISTORY_KEYS = ["train/loss", "val/loss"]
 TOKENS_CUT = 700_000
-DATASET_VERSION = 2  # 2: segments with a block index; compaction writes the view
+DATASET_VERSION = 3  # 2: segments with a block index; compaction writes the view; 3: always-filled columns required
 
 ROWS: list[dict] = []
 
