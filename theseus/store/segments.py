@@ -46,7 +46,7 @@ SMALL_SEGMENT_ROWS = 4096
 _DICTIONARY = ["node", "parent", "writer", "key", "str"]
 _STATISTICS = ["seq", "stamp"]
 _DELTA = {"seq": "DELTA_BINARY_PACKED", "stamp": "DELTA_BINARY_PACKED"}  # ascending runs: a few bits a row
-# columns every record fills: stored as required (no definition levels to encode) when they hold no null
+# columns every record fills: stored as required in large segments (no definition levels to encode)
 _REQUIRED = frozenset({"node", "seq", "stamp", "writer", "key"})
 
 
@@ -95,11 +95,15 @@ def encode(table: pa.Table, keys: dict[str, str], index: dict, codec: str = "zst
     """
     # a codec's setup costs more than it saves on a small live segment; float values hardly compress
     compression = {c: codec if table.num_rows >= SMALL_SEGMENT_ROWS and c != "float" else "none" for c in table.column_names}
-    # a column every record fills is written as required: readers see the same values and
-    # types (Polars, pandas and theseus ignore the flag), and the writer skips a definition
-    # level per row (a tenth of a 10k-step flush's encoding)
-    schema = pa.schema([f.with_nullable(False) if f.name in _REQUIRED and table.column(f.name).null_count == 0 else f
-                        for f in table.schema.remove_metadata()])
+    # in a large segment, a column every record fills is written as required: readers see the
+    # same values and types (Polars, pandas and theseus ignore the flag), and the writer skips a
+    # definition level per row (a tenth of a 10k-step flush's encoding); a commit's one-row
+    # segment would only pay for the new schema
+    schema = table.schema.remove_metadata()
+    if table.num_rows >= SMALL_SEGMENT_ROWS:
+        schema = pa.schema([f.with_nullable(False) if f.name in _REQUIRED and table.column(f.name).null_count == 0 else f
+                            for f in schema])
+        table = pa.Table.from_arrays(table.columns, schema=schema)
     sink = pa.BufferOutputStream()  # grows without the copies io.BytesIO makes
     # dictionary pages and statistics only where they pay: hashing 80k random floats or
     # comparing 80k node ids costs more than all the rest of a flush, and min/max keys of a
@@ -108,7 +112,7 @@ def encode(table: pa.Table, keys: dict[str, str], index: dict, codec: str = "zst
     # One write batch per column chunk: the default 1,024-row batches cost a call each
     with pq.ParquetWriter(sink, schema, compression=compression, store_schema=False, write_batch_size=1 << 20,
                           use_dictionary=_DICTIONARY, write_statistics=_STATISTICS, column_encoding=_DELTA) as w:
-        w.write_table(pa.Table.from_arrays(table.columns, schema=schema), row_group_size=1 << 20)
+        w.write_table(table, row_group_size=1 << 20)
         w.add_key_value_metadata({
             KEYS_METADATA.decode(): json.dumps(keys, sort_keys=True),
             INDEX_METADATA.decode(): json.dumps(index, separators=(",", ":")),
