@@ -221,8 +221,9 @@ def test_a_query_over_many_runs_scans_the_view(root):
 
 def test_required_and_nullable_segments_read_together(root):
     """The writer stores the columns every record fills (node, seq, stamp, writer, key) as
-    required in large segments; small ones and an older theseus store them nullable. Segments of both kinds in one run read
-    together, through theseus (log, Polars plan, compaction) and raw pandas."""
+    required in large segments; small ones and an older theseus store them nullable. Segments
+    of both kinds in one run read together, through theseus (log, Polars plan, compaction) and
+    raw pandas and Polars."""
     import io
 
     import pandas as pd

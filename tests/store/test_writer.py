@@ -104,6 +104,8 @@ def test_keys_first_seen_as_floats_still_check_each_value(tmp_path):
         w.write(n.next(), {"a": 3, "b": 4.0})  # an int: kept in the int column
         with pytest.raises(ValueError, match="'a' holds float values; got str"):
             w.write(n.next().next(), {"a": "x", "b": 5.0})
+        with pytest.raises(ValueError, match="'a' holds float values; got bool"):  # a float to struct, not to the check
+            w.write(n.next().next(), {"a": True, "b": 5.0})
         with pytest.raises(ValueError, match=r"store\.objects"):
             w.write(n.next().next(), {"a": np.zeros(3), "b": 5.0})
         w.write(n.next().next(), {"a": np.float32(0.5), "b": 6.0})  # a numpy float: converted, read as 0.5

@@ -89,7 +89,8 @@ def encode(table: pa.Table, keys: dict[str, str], index: dict, codec: str = "zst
     block index in the footer.
 
     Columns may be dictionary arrays (the writer's node ids); they are stored as plain
-    strings, so every segment reads back with the same schema. ``codec`` compresses the
+    strings, so every segment reads back with the same column types (a large segment stores
+    the columns every record fills as required, which readers ignore). ``codec`` compresses the
     columns other than float values: ``zstd`` (compaction: written once, kept) or ``lz4``
     (a live writer's flush: ~5x faster on the node ids' dictionary, a third larger).
     """

@@ -110,8 +110,8 @@ class Writer:
         self._values: list = []  # each record's values, one record after another
         self._flush_lock = threading.Lock()
         self._known: dict[str, str] | None = None
-        self._seen: dict[tuple, Shape] = {}  # (*keys, *python types) already validated -> shape
-        self._floats: dict[tuple, Shape] = {}  # keys already validated with float values only -> shape
+        # keys already validated -> (shape, their Python value types; None when all floats)
+        self._seen: dict[tuple[str, ...], tuple[Shape, tuple[type, ...] | None]] = {}
         self._interned: dict[Shape, Shape] = {}  # one object per shape, so records compare by identity
         self._last_stamp = 0
         # the lineage of the first node written: its nodes made by next() are pending as seqs
@@ -129,27 +129,29 @@ class Writer:
     def write(self, node: Node, values: Mapping[str, Any]) -> None:
         """Buffer user values (scalars) for ``node``; returns without touching disk."""
         if type(values) is dict and type(node) is Node and not self._closed:
-            # a training loop logs the same keys with the same types every step: validate a
-            # (keys, types) signature once, then only append. Keys whose values were all floats
-            # are looked up by the keys alone, then the floats counted (a third of the signature's cost)
+            # a training loop logs the same keys with the same types every step: validate them
+            # once, then only check the value types are those seen (for all floats, a count:
+            # a third of building the types tuple) and append
             given = values.values()
-            floats = self._floats.get(tuple(values))  # the usual metrics: keys known, all floats?
-            if floats is not None and countOf(map(type, given), float) == len(floats.keys):
-                shape = floats
-            else:
-                shape = self._seen.get((*values, *map(type, given)))
-            if shape is not None and (not shape.ints or all(
-                    -(2**63) <= v < 2**63 for v, k in zip(given, shape.kinds) if k == "int")):
-                # each append is atomic; the shape goes last, as a flush counts records by shapes
-                self._values.extend(given)
-                # (_entry inlined: this runs once per training step)
-                if node._parent is _PREVIOUS and node._nonce is self._chain_nonce and node._name is self._chain_name:
-                    self._nodes.append(node._seq)
+            seen = self._seen.get(tuple(values))
+            if seen is not None:
+                shape, types = seen
+                if types is None:
+                    same = countOf(map(type, given), float) == len(given)
                 else:
-                    self._nodes.append(node)
-                self._stamps.append(time.time_ns())  # made strictly increasing at flush
-                self._shapes.append(shape)
-                return
+                    same = tuple(map(type, given)) == types and (not shape.ints or all(
+                        -(2**63) <= v < 2**63 for v, k in zip(given, shape.kinds) if k == "int"))
+                if same:
+                    # each append is atomic; the shape goes last, as a flush counts records by shapes
+                    self._values.extend(given)
+                    # (_entry inlined: this runs once per training step)
+                    if node._parent is _PREVIOUS and node._nonce is self._chain_nonce and node._name is self._chain_name:
+                        self._nodes.append(node._seq)
+                    else:
+                        self._nodes.append(node)
+                    self._stamps.append(time.time_ns())  # made strictly increasing at flush
+                    self._shapes.append(shape)
+                    return
         items = self._check_user(node, values)
         if items:
             shape = self._shape(tuple(k for k, _, _ in items), tuple(t for _, t, _ in items))
@@ -157,9 +159,7 @@ class Writer:
             if type(values) is dict and len(items) == len(values):  # nothing dropped (no None values)
                 types = tuple(map(type, values.values()))
                 if all(t in _PYTYPE for t in types):
-                    self._seen[(*values, *types)] = shape
-                    if all(t is float for t in types):
-                        self._floats[shape.keys] = shape
+                    self._seen[shape.keys] = (shape, None if all(t is float for t in types) else types)
 
     def job(self, node: Node, key: str, config_yaml: str) -> None:
         """Record the job key and its config (YAML text) for ``node``; durable on return."""
