@@ -7,7 +7,8 @@
    Aim ``run.track({8 keys}, step=i)`` on a local repo, then ``close()`` (median of 5, each
    run after 3 of theseus'). Values/s, theseus over each peer (goal >= 100x MLflow, >= 200x Aim).
 2. History of 2 keys of that run into Python lists: theseus
-   ``find().nonce(n).select(keys=[a, b])``; MLflow ``get_metric_history`` x 2 (cold: a new
+   ``find().nonce(n).columns(keys=[a, b])`` (one list per key; ``select()``'s rows, then a
+   list per key, shown too); MLflow ``get_metric_history`` x 2 (cold: a new
    ``MlflowClient`` per read, against a new ``Store``; warm: one reused client and Store); Aim
    ``Run(hash, read_only=True).get_metric(k, Context({}))`` then ``.values.values_list()``
    (fastest, storage order) or ``.data.items_list()`` (step order), x 2.
@@ -120,7 +121,14 @@ def theseus_ingest(root: str, values: list[list[float]]) -> tuple[float, str]:
 
 
 def theseus_history(root: str, nonce: str, store: Store | None = None) -> list[list[float]]:
-    """Rows (``select()``: one dict per node), then one list per key."""
+    """``columns()``: one list per key."""
+    store = store or Store(root)
+    columns = store.find().nonce(nonce).columns(keys=HISTORY_KEYS)
+    return [columns[k] for k in HISTORY_KEYS]
+
+
+def theseus_history_rows(root: str, nonce: str, store: Store | None = None) -> list[list[float]]:
+    """Rows (``select()``: one dict per node, the seed's ``loss_over_time``), then one list per key."""
     store = store or Store(root)
     rows = store.find().nonce(nonce).select(keys=HISTORY_KEYS)
     return [list(map(itemgetter(k), rows)) for k in HISTORY_KEYS]
@@ -268,6 +276,7 @@ def bench_ingest_history(tmp: str, steps: int, mlflow_steps: int, repeat: int) -
         print(f"\n[2] history of {len(HISTORY_KEYS)} keys x {steps:,} steps into lists (median of {repeat})", flush=True)
         expect = [[v[INGEST_KEYS.index(k)] for v in values] for k in HISTORY_KEYS]
         assert theseus_history(root, nonce) == expect, "theseus history mismatch"
+        assert theseus_history_rows(root, nonce) == expect, "theseus history (select rows) mismatch"
         assert mlflow_history(client, run_id) == expect, "MLflow history mismatch"
         assert mlflow_history_cold(uri, run_id) == expect, "MLflow history (new client) mismatch"
         assert aim_history(aim_repo, run_hash) == expect, "Aim history mismatch"
@@ -277,6 +286,8 @@ def bench_ingest_history(tmp: str, steps: int, mlflow_steps: int, repeat: int) -
         times = interleaved({
             "theseus cold": lambda: theseus_history(root, nonce),
             "theseus warm": lambda: theseus_history("", nonce, warm),
+            "theseus select() rows cold": lambda: theseus_history_rows(root, nonce),
+            "theseus select() rows warm": lambda: theseus_history_rows("", nonce, warm),
             "MLflow get_metric_history": lambda: mlflow_history(client, run_id),
             "MLflow get_metric_history, new client": lambda: mlflow_history_cold(uri, run_id),
             "Aim data.items_list (step order)": lambda: aim_history(aim_repo, run_hash),
@@ -290,6 +301,10 @@ def bench_ingest_history(tmp: str, steps: int, mlflow_steps: int, repeat: int) -
                                ("warm", "MLflow get_metric_history", "MLflow (warm: one Store, one client)")):
             r = times[f"theseus {w}"] / times[peer]
             row(f"{label} vs {short}", ms(times[f"theseus {w}"]), ms(times[peer]), r, "", "<= 0.01x", r <= 0.01)
+        for w, peer in (("cold", "MLflow get_metric_history, new client"), ("warm", "MLflow get_metric_history")):
+            r = times[f"theseus select() rows {w}"] / times[peer]
+            row(f"{label} as select() rows ({w}), shown for reference", ms(times[f"theseus select() rows {w}"]),
+                ms(times[peer]), r, "", "(0.01x)", None)
         r = times["theseus cold"] / times["MLflow get_metric_history"]
         row(f"{label}, new Store vs MLflow's reused client (mixed, shown for reference)", ms(times["theseus cold"]),
             ms(times["MLflow get_metric_history"]), r, "", "(0.01x)", None)
@@ -519,7 +534,8 @@ against raw Polars on one wide Parquet file, all in one run (issue 2's figures):
    ~25 ms per step on this disk (two sqlite commits per call) only the first 1,000 steps are
    timed, the rest are filled untimed in batches of 1,000.
 2. **History** of 2 keys of that run into Python lists. theseus:
-   `find().nonce(n).select(keys=[a, b])` (the seed's `loss_over_time` idiom) then one list
+   `find().nonce(n).columns(keys=[a, b])`, one list per key; shown too, not a target:
+   `select(keys=[a, b])` (the seed's `loss_over_time` idiom, a dict per node) then one list
    per key (`map(itemgetter(k), rows)`). MLflow: `get_metric_history` x 2
    (`map(attrgetter("value"), metrics)`). Like for like: *cold* is a new `Store` against a
    new `MlflowClient` (a fresh script's read), *warm* one reused `Store` against one reused
@@ -567,9 +583,10 @@ How theseus gets there (details in the docstrings of `theseus/store`):
   of runs read from the log takes the folded values as they are, without Polars: the plan
   would only project them, and building a frame and running the plan cost ~1.5 ms in the
   bench process right after MLflow's read (the CPU caches are cold then, and every library
-  call costs several times what it does in a loop). What is left is mostly the 10,000
-  dicts `select()` returns (a dict display per row, CPython's floor: `to_dicts`, Arrow's
-  `to_pylist` and `dict(zip())` are slower).
+  call costs several times what it does in a loop). `columns(keys)` hands those lists
+  over as they are. `select()` builds a dict per node from them: 10,000 dicts are half
+  of its time (a dict display per row is CPython's floor: `to_dicts`, Arrow's `to_pylist`
+  and `dict(zip())` are slower), which is why a history is read with `columns()`.
 - *Queries after compaction*: `compact()` also writes a **view**,
   `view/v-<stamp>-<writer>.parquet`: the folded log, one row per node (name, nonce, seq,
   parent, `_written`, `_run`, a column per key), sorted by name, nonce and seq, 16,384-row

@@ -83,6 +83,7 @@ def test_plain_select_equals_the_general_plan(tmp_path_factory, plan, compact, l
         got = cursor.select(keys=keys)
         general = cursor.frame(keys=keys).collect()
         assert got == general.select(keys).to_dicts()
+        assert cursor.columns(keys=keys) == {k: [r[k] for r in got] for k in keys}
         assert cursor.select(keys=keys + keys) == got  # a key asked twice is one column, on either path
         assert cursor.has(keys[0]).select(keys=keys) == [r for r in got if r[keys[0]] is not None]  # the plan's path
         # the nodes holding one of the keys, in (name, nonce, seq) order

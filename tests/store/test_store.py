@@ -95,6 +95,36 @@ def test_cursor_dsl(root):
     assert isinstance(lazy, pl.LazyFrame) and lazy.collect().height == 6
 
 
+def test_columns_is_select_by_column(root):
+    """columns(keys) holds select(keys)'s values as one list per key: the same nodes, the same
+    order, None where a node lacks a key, on the plain path and the Polars plan's."""
+    store = Store(root)
+    a, _ = write_run(store, "proj.grp.alpha", start_loss=10.0)
+    b, _ = write_run(store, "proj.grp.beta", start_loss=20.0, extra=1.5)
+    assert store.find().nonce(a.nonce).columns(keys=["train/loss", "train/tokens"]) == {
+        "train/loss": [10.0, 9.0, 8.0, 7.0, 6.0], "train/tokens": [0, 1000, 2000, 3000, 4000]}
+    cursors = [store.find(), store.find().nonce(b.nonce), store.find().where("train/loss", "<", 17).sort("train/loss"),
+               store.find().sort("train/tokens", ascending=False).limit(3), store.find().has("extra"), store.find().latest()]
+    for cursor in cursors:
+        for keys in (["train/loss"], ["extra", "train/tokens"], ["train/tokens", "extra", "train/loss"], None):
+            rows, columns = cursor.select(keys=keys), cursor.columns(keys=keys)
+            assert (list(columns) if keys else set(columns)) == (keys or {"extra", "train/loss", "train/tokens"})
+            assert [dict(zip(columns, row)) for row in zip(*columns.values())] == rows, (cursor.describe(), keys)
+            assert all(len(values) == len(rows) for values in columns.values())
+    assert store.find().columns(keys=["extra"]) == {"extra": [1.5] * 5}  # alpha's nodes hold none of it
+    assert store.find().nonce(a.nonce).columns(keys="train/loss") == {"train/loss": [10.0, 9.0, 8.0, 7.0, 6.0]}
+    assert store.find().nonce(a.nonce).columns(keys=["train/loss", "train/loss"]) == \
+        store.find().nonce(a.nonce).columns(keys=["train/loss"])
+    assert store.find().nonce("abcdef").columns(keys=["train/loss"]) == {"train/loss": []}
+    got = store.find().nonce(a.nonce).columns(keys=["train/loss"])
+    got["train/loss"].append(0.0)  # the caller's own lists
+    assert len(store.find().nonce(a.nonce).columns(keys=["train/loss"])["train/loss"]) == 5
+    with pytest.raises(UnknownKey, match=r"train/los.*did you mean 'train/loss'"):
+        store.find().columns(keys=["train/los"])
+    with pytest.raises(ValueError, match="reserved"):
+        store.find().columns(keys=["_job"])
+
+
 def test_cursor_is_immutable(root):
     store = Store(root)
     a, _ = write_run(store)
@@ -181,6 +211,8 @@ def test_compaction_same_answer(root):
     assert store.find().nonce(first.nonce).select(keys=["train/loss", "train/tokens"]) == before
     assert store.find().nonce(first.nonce).all() == before_nodes
     assert before[0]["train/loss"] == 42.0
+    assert store.find().nonce(first.nonce).columns(keys=["train/loss", "train/tokens"]) == {  # from the view
+        "train/loss": [42.0, 1.0, 2.0, 3.0, 4.0, 5.0], "train/tokens": [0, 1, 2, 3, 4, 5]}
 
 
 def test_truncated_segment_is_named(tmp_path):
@@ -306,5 +338,7 @@ def test_plain_select_of_every_type_with_gaps_equals_the_plan(tmp_path):
         got = cursor.select(keys=keys)
         assert got == cursor.frame(keys=keys).collect().select(keys).to_dicts()
         assert got == [{k: row.get(k) for k in keys} for row in rows if any(k in row for k in keys)]
+        assert cursor.columns(keys=keys) == {k: [r[k] for r in got] for k in keys}
+        assert cursor.has(keys[0]).columns(keys=keys) == {k: [r[k] for r in got if r[keys[0]] is not None] for k in keys}
         assert [type(v) for r in got for v in r.values() if v is not None] == \
                [type(row[k]) for row in rows for k in keys if k in row]
