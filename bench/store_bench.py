@@ -464,8 +464,7 @@ def bench_grid(cache: Path, runs: int, steps: int, flushes: int, repeat: int) ->
     assert [r["train/loss"] for r in got] == want["train/loss"].to_list(), f"top-10 mismatch: {got} vs {want}"
     warm = Store(root)
     theseus_top(root, warm)
-    top_repeat = max(3, repeat // 2)
-    t = interleaved({"cold": lambda: theseus_top(root), "warm": lambda: theseus_top(root, warm), "raw": lambda: raw_top(wide)}, top_repeat)
+    t = interleaved({"cold": lambda: theseus_top(root), "warm": lambda: theseus_top(root, warm), "raw": lambda: raw_top(wide)}, repeat)
     print(f"  top-10 lowest train/loss after compaction: theseus cold {ms(t['cold'])}, warm {ms(t['warm'])}, raw Polars {ms(t['raw'])}", flush=True)
     for which in ("cold", "warm"):
         r = t[which] / t["raw"]
@@ -556,7 +555,7 @@ against raw Polars on one wide Parquet file, all in one run (issue 2's figures):
    folder fsync'd before it returns), distribution over 500 commits on local disk.
 
 Every result is checked against the others before timing. Times are medians of 9
-repetitions (4 for the top-10) interleaving the contenders. Ratios are theseus / peer:
+repetitions interleaving the contenders. Ratios are theseus / peer:
 for ingest higher is better, for times lower is better. The machine has 2 cores shared
 with other jobs, so single figures move by 1.5-2x between runs (disk-bound ones most);
 ratios measured in one run are what count.
