@@ -99,3 +99,43 @@ def test_view_record_spares_listing_and_a_copied_root_lists_again(tmp_path, monk
     _write(copy, nodes[1].next().next(), 7.0)
     assert sorted(_losses(copy)) == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 7.0, 9.0]
     assert sorted(_losses(Store(tmp_path / "b"))) == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 7.0, 9.0]
+
+
+def test_recorded_runs_are_the_listing_until_a_folder_changes(tmp_path):
+    """A view's record answers for the listing (Store._recorded_runs) exactly while the stat'ed
+    folders are unchanged, and only for the runs a glob reaches: a new segment, a new run under
+    a known name and a new name each turn it off where they land, and queries see each change."""
+    root = tmp_path / "a"
+    store = Store(root)
+    runs = [Node.start("g.a.x"), Node.start("g.a.x"), Node.start("g.b.y"), Node.start("h.c.z")]
+    for i, n in enumerate(runs):
+        _write(store, n, float(i))
+    time.sleep(1.1)  # every folder older than the margin when the view records it
+    store.compact()
+    globs = [("*", "*"), ("g.*", "*"), ("h.*", "*"), ("g.a.x", "*"), ("*", runs[2].nonce[:4] + "*"), ("none.*", "*")]
+
+    def recorded(name: str, nonce: str):
+        cold = Store(root)
+        return cold._recorded_runs(cold._view(), name, nonce)
+
+    for name, nonce in globs:
+        assert recorded(name, nonce) == Store(root)._runs(name, nonce), (name, nonce)
+    assert len(recorded("*", "*")) == 4 and recorded("none.*", "*") == {}
+
+    _write(store, runs[2].next(), 9.0)  # a new segment in g.b.y
+    assert recorded("*", "*") is None and recorded("g.*", "*") is None
+    assert recorded("h.*", "*") == Store(root)._runs("h.*") and recorded("g.a.x", "*") == Store(root)._runs("g.a.x")
+    assert sorted(_losses(Store(root))) == [0.0, 1.0, 2.0, 3.0, 9.0]
+
+    _write(store, Node.start("g.a.x"), 5.0)  # a new run under a known name
+    assert recorded("g.a.x", "*") is None and recorded("h.*", "*") == Store(root)._runs("h.*")
+    assert sorted(_losses(Store(root))) == [0.0, 1.0, 2.0, 3.0, 5.0, 9.0]
+
+    _write(store, Node.start("h.d.w"), 6.0)  # a new name: the log folder changed
+    assert all(recorded(name, nonce) is None for name, nonce in globs)
+    assert sorted(_losses(Store(root))) == [0.0, 1.0, 2.0, 3.0, 5.0, 6.0, 9.0]
+
+    shutil.copytree(root, tmp_path / "b")  # a copy has new ctimes: the record proves nothing
+    copy = Store(tmp_path / "b")
+    assert copy._recorded_runs(copy._view(), "h.*", "*") is None
+    assert sorted(_losses(copy)) == [0.0, 1.0, 2.0, 3.0, 5.0, 6.0, 9.0]

@@ -55,6 +55,11 @@ class Scope:
             view = store._view()
         else:
             view = store._view()  # first: its record of the log spares listing unchanged folders
+            recorded = store._recorded_runs(view, name, nonce)
+            if recorded is not None:  # the log holds exactly what the view folded: every run is in it
+                self.runs, self.view = recorded, view if recorded else None
+                self.in_view = {run: view.runs[run] for run in recorded}
+                return
             self.runs = store._runs(name, nonce)
         self.view = view if self.runs else None
         view = self.view

@@ -346,6 +346,43 @@ def record_listings(listings: Listings, root: str, runs: dict[tuple[str, str], l
     }
 
 
+def recorded_runs(listings: Listings, root: str, record: dict | None, runs: list[tuple[str, str]],
+                  segments: list[list[str]], name: str = "*", nonce: str = "*") -> dict[tuple[str, str], list[str]] | None:
+    """What :func:`list_runs` returns for ``name``/``nonce``, taken from a view's record of the
+    log folders (:func:`record_listings`; ``runs`` and ``segments``: the view's runs by number
+    and their segment file names) when one stat per folder proves the record still holds: the
+    log folder, each matching name's folder and each matching run's folder have the ctimes
+    recorded. None when one does not (a folder changed, or was not proven when recorded) or
+    ctimes prove nothing here: then list. One pass of stats, none of the per-folder caching
+    of :class:`Listings`: a query over a compacted root of 1,000 runs is mostly these stats.
+
+    >>> import tempfile
+    >>> recorded_runs(Listings(tempfile.mkdtemp()), "/r", None, [], [])  # no record: list
+    """
+    if record is None or record["log"] is None or not listings.enabled:
+        return None
+    log, stat, names, ctimes = f"{root}/{LOG}", os.stat, record["names"], record["runs"]
+    every_name, every_nonce = name == "*", nonce == "*"
+    found, last, wanted = {}, None, False
+    try:
+        if stat(log).st_ctime_ns != record["log"]:  # a name was added or removed
+            return None
+        for number, (run_name, run_nonce) in enumerate(runs):
+            if run_name != last:  # runs are sorted by name: each name's folder is stat'ed once
+                last, wanted = run_name, every_name or fnmatch.fnmatchcase(run_name, name)
+                if wanted and (names.get(run_name) is None or stat(f"{log}/name={run_name}").st_ctime_ns != names[run_name]):
+                    return None  # a nonce was added or removed under this name
+            if not wanted or not (every_nonce or fnmatch.fnmatchcase(run_nonce, nonce)):
+                continue
+            folder = f"{log}/name={run_name}/nonce={run_nonce}"
+            if ctimes[number] is None or stat(folder).st_ctime_ns != ctimes[number]:
+                return None  # a segment was added or removed in this run
+            found[(run_name, run_nonce)] = [f"{folder}/{f}" for f in segments[number]]
+    except OSError:
+        return None
+    return found
+
+
 class RecordedListings:
     """A :class:`Listings` seed from :func:`record_listings`' record: called, it returns
     ``{folder: (ctime, prepare, value)}`` for each log folder as recorded, for the caller

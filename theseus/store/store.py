@@ -15,7 +15,7 @@ from theseus.store.fold import WRITTEN
 from theseus.store.node import Node, decode_id
 from theseus.store.reader import latest_value, scan
 from theseus.store.scope import Scope
-from theseus.store.segments import FooterCache, Listings, RecordedListings, list_runs, list_segments
+from theseus.store.segments import FooterCache, Listings, RecordedListings, list_runs, list_segments, recorded_runs
 from theseus.store.view import View, build_view, list_views, read_view
 from theseus.store.writer import Writer
 
@@ -128,6 +128,12 @@ class Store:
 
     def _runs(self, name: str = "*", nonce: str = "*") -> dict[tuple[str, str], list[str]]:
         return list_runs(self.fs, self._root, name, nonce, self._listings)
+
+    def _recorded_runs(self, view: View | None, name: str = "*", nonce: str = "*") -> dict[tuple[str, str], list[str]] | None:
+        """:meth:`_runs`, answered from the view's record of the log folders when their ctimes prove it (None: list)."""
+        if view is None:
+            return None
+        return recorded_runs(self._listings, self._root, view.listing, view.names, view.segments, name, nonce)
 
     def _view(self) -> View | None:
         """The newest published view, parsed (None when there is none)."""
