@@ -608,7 +608,9 @@ How theseus gets there (details in the docstrings of `theseus/store`):
   (`rsync -a` restores mtimes, not ctimes), the folder is stat'ed before it is listed, and a
   listing is kept only when that ctime was already a second old (kernel timestamps are
   coarse). A view records the ctimes of the folders it saw, so a cold `Store` stats the 2,001
-  folders of the grid instead of listing them; a copied root has new ctimes and lists again.
+  folders of the grid instead of listing them; when all of them match, a query over many runs
+  takes its run list from the record in that one pass of stats (`recorded_runs`), and any
+  changed folder falls back to listing. A copied root has new ctimes and lists again.
   A lineage query over a few segments folds them from the log without parsing the view.
 - *Commits*: one record, one segment, `fsync` of the file and of its folder. Both are needed
   for a durable rename (two journal commits, ~0.2-0.4 ms on this disk when it is quick); the
