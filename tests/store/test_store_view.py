@@ -1,13 +1,15 @@
 """The folded view written by compaction: same answers as the log, newer segments on top, rebuildable."""
 
+import json
 import os
 
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from theseus.store import CorruptSegment, Node, Store
 from theseus.store.scope import FEW_SEGMENTS, Scope
-from theseus.store.view import list_views
+from theseus.store.view import VIEW_METADATA, list_views
 
 
 def write_steps(store, node, steps, loss0=10.0, **extra):
@@ -134,6 +136,25 @@ def test_corrupt_view_is_named(tmp_path):
     with pytest.raises(CorruptSegment, match=os.path.basename(view) + r".*theseus compact"):
         Store(tmp_path).find().all()  # reads the view (a lineage of few segments folds from the log)
     assert [n.seq for n in Store(tmp_path).find().nonce(a.nonce).all()] == [0, 1]
+
+
+def test_a_view_with_a_malformed_folder_record_is_named(tmp_path):
+    """The view's record of the log folders (which can answer for the listing) is checked when
+    the view is read: a malformed one is an error naming the view, not a KeyError mid-query."""
+    store = Store(tmp_path)
+    for i in range(3):
+        write_steps(store, Node.start(f"proj.view.rec{i}"), 2)
+    store.compact()
+    (view,) = list_views(store)
+    table = pq.read_table(view)
+    raw = json.loads(table.schema.metadata[VIEW_METADATA])
+    assert len(raw["listing"]["runs"]) == 3
+    raw["listing"]["runs"] = raw["listing"]["runs"][:2]  # one run short
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, VIEW_METADATA: json.dumps(raw).encode()}), view)
+    with pytest.raises(CorruptSegment, match=os.path.basename(view) + r".*record of the log folders.*theseus compact"):
+        Store(tmp_path).find().select(keys=["loss"])
+    os.remove(view)  # views are derived: the log still answers
+    assert len(Store(tmp_path).find().select(keys=["loss"])) == 6
 
 
 def test_a_lineage_of_few_segments_folds_from_the_log_and_answers_as_the_view(tmp_path):

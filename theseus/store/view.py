@@ -127,6 +127,10 @@ def read_view(store: Store, path: str) -> View:
         raw = json.loads(meta.metadata[VIEW_METADATA])
         runs = raw["runs"]
         names = list(zip(runs["name"], runs["nonce"]))
+        listing = raw.get("listing")
+        if listing is not None and not (isinstance(listing, dict) and "log" in listing and isinstance(listing.get("names"), dict)
+                                        and isinstance(listing.get("runs"), list) and len(listing["runs"]) == len(names)):
+            raise ValueError("its record of the log folders is malformed")
         return View(
             path=path,
             types=raw["types"],
@@ -138,7 +142,7 @@ def read_view(store: Store, path: str) -> View:
             signatures=raw["signatures"],
             run_keys=runs["keys"],
             latest_records={k: runs[k] for k in RUN_KEYS},
-            listing=raw.get("listing"),
+            listing=listing,
             meta=meta,
             file=file,
         )
