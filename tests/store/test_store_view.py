@@ -248,7 +248,6 @@ def test_required_and_nullable_segments_read_together(root):
     import io
 
     import pandas as pd
-    import pyarrow.parquet as pq
 
     from theseus.store import fs as rootfs
     from theseus.store.schema import SEGMENT_SCHEMA

@@ -389,7 +389,7 @@ def build_segment(records: Records, name: str, nonce: str, writer: str) -> tuple
             pa.array(seqs[rows]),
             parents.take(at),
             pa.array(stamps[rows]),
-            pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(rows), np.int32)), pa.array([writer])),
+            _writer_column(len(rows), writer),
             pa.DictionaryArray.from_arrays(pa.array(key_codes), pa.array(list(blocks))),
             *[pa.chunked_array(columns[t], ARROW[t]) for t in ARROW],
         ],
@@ -416,7 +416,7 @@ def _float_table(shape: Shape, records: Records, ids: pa.Array, parents: pa.Arra
     distinct = int(np.count_nonzero(seqs[1:] != seqs[:-1])) + 1
     blocks = {key: [i * n, (i + 1) * n, int(seqs[0]), int(seqs[-1]), distinct, ["float"]] for i, key in enumerate(shape.keys)}
     per_record = [ids, pa.array(seqs), parents, pa.array(records.stamps),
-                  pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([writer]))]
+                  _writer_column(n, writer)]
     names = pa.array(list(shape.keys))
     keys = [pa.DictionaryArray.from_arrays(pa.array(np.full(n, i, np.int32)), names) for i in range(width)]
     floats = [pa.array(column) for column in _float_matrix(records.values, width).T.copy()]
@@ -426,6 +426,15 @@ def _float_table(shape: Shape, records: Records, ids: pa.Array, parents: pa.Arra
         names=list(schema.SEGMENT_SCHEMA.names),
     )
     return table, blocks
+
+
+def _writer_column(n: int, writer: str) -> pa.DictionaryArray:
+    """The writer id for ``n`` rows, as a one-entry dictionary array.
+
+    >>> _writer_column(2, "w1").to_pylist()
+    ['w1', 'w1']
+    """
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([writer]))
 
 
 def _float_matrix(values: list, width: int) -> np.ndarray:
