@@ -1,4 +1,5 @@
-"""Shared fixtures: temporary roots on local disk and on a GCS emulator (127.0.0.1 only)."""
+"""Shared fixtures: temporary roots on local disk and on a GCS emulator (127.0.0.1 only), and the
+distribution packages the dispatch tests need, installed before the run."""
 
 from __future__ import annotations
 
@@ -11,6 +12,29 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests import system_packages
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config):
+    """Install the distribution packages the dispatch tests need before any test runs.
+
+    Only the controller installs (xdist's workers start after it), and only when the
+    run collects the dispatch tests.
+    """
+    if hasattr(config, "workerinput") or not _runs_dispatch_tests(config):
+        return
+    why = system_packages.install_missing()
+    if why is not None:
+        print(f"theseus tests: {why}", file=sys.stderr)
+
+
+def _runs_dispatch_tests(config) -> bool:
+    dispatch = REPO / "tests" / "dispatch"
+    paths = [Path(arg.split("::")[0]).resolve() for arg in config.args] or [REPO]
+    return any(p == dispatch or dispatch in p.parents or p in dispatch.parents for p in paths)
 
 
 def free_port() -> int:
