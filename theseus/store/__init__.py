@@ -23,6 +23,6 @@ from theseus.store.cursor import Cursor, EmptyResult, UnknownKey
 from theseus.store.node import Node
 from theseus.store.segments import CorruptSegment
 from theseus.store.store import Store
-from theseus.store.writer import Writer
+from theseus.store.writer import FlushError, Writer
 
-__all__ = ["Store", "Node", "Writer", "Cursor", "EmptyResult", "UnknownKey", "CorruptSegment"]
+__all__ = ["Store", "Node", "Writer", "Cursor", "EmptyResult", "UnknownKey", "CorruptSegment", "FlushError"]

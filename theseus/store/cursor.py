@@ -6,7 +6,7 @@ import difflib
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import polars as pl
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 OPS = ("==", "!=", "<", "<=", ">", ">=", "in")
 IDENTITY = ("node", "name", "nonce", "seq", "parent")
 _RETRIES = 30  # re-list and retry when a compaction retires a segment mid-read
+T = TypeVar("T")
 
 
 class UnknownKey(ValueError):
@@ -258,18 +259,12 @@ class Cursor:
         after the node identity columns with ``identity``, and only rows holding one of them
         (as ``{column: values}`` when :meth:`_plan` answers from the folds alone).
         """
-        for attempt in range(_RETRIES):
-            try:
-                scope = Scope(self.store, self.name_glob, self.nonce_glob)
-                plan = self._plan(scope, select_keys, all_user_keys, parent, select, identity)
-                return plan.collect() if isinstance(plan, pl.LazyFrame) else plan
-            except CorruptSegment:
-                raise
-            except (FileNotFoundError, pl.exceptions.PolarsError, OSError) as e:
-                if not (isinstance(e, FileNotFoundError) or _missing_file(e)) or attempt == _RETRIES - 1:
-                    raise
-                time.sleep(0.002 * attempt)
-        raise AssertionError("unreachable")
+        def run() -> pl.DataFrame | dict[str, list]:
+            scope = Scope(self.store, self.name_glob, self.nonce_glob)
+            plan = self._plan(scope, select_keys, all_user_keys, parent, select, identity)
+            return plan.collect() if isinstance(plan, pl.LazyFrame) else plan
+
+        return retry_vanished(run)
 
     def _plan(self, scope: Scope, select_keys: list[str] | None, all_user_keys: bool, parent: bool,
               select: bool = False, identity: bool = False) -> pl.LazyFrame | dict[str, list]:
@@ -384,6 +379,31 @@ def _unknown_key(key: str, types: dict[str, str]) -> None:
     hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
     shown = ", ".join(user[:20]) + (" ..." if len(user) > 20 else "")
     raise UnknownKey(f"no run in this query has logged key {key!r}{hint} (known keys: {shown or 'none'})")
+
+
+def retry_vanished(read: Callable[[], T]) -> T:
+    """``read()``, called again (it lists anew) while a segment it listed vanishes before it reads it:
+    a compaction retires segments at any time, and their records are in the merged one.
+
+    >>> calls = []
+    >>> def read():
+    ...     calls.append(1)
+    ...     if len(calls) < 3:
+    ...         raise FileNotFoundError("log/name=a.b.c/nonce=949e88/s-1.parquet")
+    ...     return "answer"
+    >>> retry_vanished(read), len(calls)
+    ('answer', 3)
+    """
+    for attempt in range(_RETRIES):
+        try:
+            return read()
+        except CorruptSegment:
+            raise
+        except (FileNotFoundError, pl.exceptions.PolarsError, OSError) as e:
+            if not (isinstance(e, FileNotFoundError) or _missing_file(e)) or attempt == _RETRIES - 1:
+                raise
+            time.sleep(0.002 * attempt)
+    raise AssertionError("unreachable")
 
 
 def _missing_file(error: Exception) -> bool:

@@ -80,11 +80,29 @@ class Scope:
 
     def types(self) -> dict[str, str]:
         """Every key logged in the scope with its read type."""
+        return union_keys(self._key_types())
+
+    def type_sets(self) -> dict[str, set[str]]:
+        """Every key logged in the scope with each type a segment (or a run of the view) holds it with.
+
+        >>> from theseus.store.store import _doc_store
+        >>> store, n = _doc_store()
+        >>> Scope(store, nonce=n.nonce).type_sets()
+        {'loss': {'float'}}
+        """
+        found: dict[str, set[str]] = {}
+        for keys in self._key_types():
+            for key, kind in keys.items():
+                found.setdefault(key, set()).add(kind)
+        return found
+
+    def _key_types(self) -> list[dict[str, str]]:
+        """The ``{key: type}`` of each run of the view in scope and of each segment read from the log."""
         sets = [self.view.keys(i) for i in self.in_view.values()]
         for run, paths in self.runs.items():
             if run not in self.in_view or run in self.newer:
                 sets += [f.keys for f in self.store._footers.footers(self.newer.get(run, paths))]
-        return union_keys(sets)
+        return sets
 
     def nodes(
         self,

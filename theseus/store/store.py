@@ -10,7 +10,7 @@ import polars as pl
 from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.compact import compact
-from theseus.store.cursor import Cursor, EmptyResult
+from theseus.store.cursor import Cursor, EmptyResult, retry_vanished
 from theseus.store.fold import WRITTEN
 from theseus.store.node import Node, decode_id
 from theseus.store.reader import latest_value, scan
@@ -69,7 +69,7 @@ class Store:
 
     def keys(self) -> dict[str, str]:
         """Every key logged in the root with its read type (reads footers only)."""
-        return Scope(self).types()
+        return retry_vanished(lambda: Scope(self).types())
 
     def record(self, node: Node | str) -> dict[str, Any]:
         """The folded node, reserved fields (``_job``, ``_config``, ``_status``...) included."""

@@ -10,34 +10,58 @@ flush turns the pending records of each run into columns in one vectorized pass
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import secrets
 import struct
 import threading
 import time
+import weakref
 from operator import countOf
-from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
 from theseus.store import fs as rootfs
 from theseus.store import schema
+from theseus.store.cursor import retry_vanished
 from theseus.store.fold import ARROW
 from theseus.store.node import _PREVIOUS, Node, lineage_columns
-from theseus.store.segments import encode, run_dir, segment_name
+from theseus.store.scope import Scope
+from theseus.store.segments import LOG, encode, run_dir, segment_name
 
 if TYPE_CHECKING:
     from theseus.store.store import Store
 
 _PYTYPE = {float: "float", int: "int", bool: "bool", str: "str"}
+_SEQ_END = 2**63  # seqs are stored as int64
+_NAME_MAX = 255 - len("name=")  # a run's folder name, name=<name>, must fit in one file name (NAME_MAX)
+_LIVE: weakref.WeakSet[Writer] = weakref.WeakSet()  # registry of open writers, closed in a forked child
+
+
+class FlushError(RuntimeError):
+    """Records that could not be published; they stay pending and the next flush retries them."""
+
+
+def _closed_in_child() -> None:
+    # a forked child holds a copy of the parent's pending records and locks (maybe held by a
+    # thread that does not exist here): its writers refuse every call instead of hanging
+    for writer in list(_LIVE):
+        writer._closed = True
+
+
+os.register_at_fork(after_in_child=_closed_in_child)
 
 
 class Shape(NamedTuple):
-    """The keys of a record, the log type of each value, and whether any is an int."""
+    """The keys of a record, the log type of each value, and whether any is an int or a str."""
 
     keys: tuple[str, ...]
     kinds: tuple[str, ...]
     ints: bool = False
+    strs: bool = False
 
 
 class Records(NamedTuple):
@@ -89,6 +113,24 @@ class Writer:
     Commit records (``job``, ``checkpoint``, ``finished``, ``failed``) are
     flushed before the call returns.
 
+    ``write()`` refuses a record no flush could publish (a seq beyond int64, a run name
+    too long for a folder name, a string that is not valid Unicode, a value whose type
+    the key does not hold). A run whose segment still cannot be published (a full or
+    read-only disk...) keeps its records pending while the other runs are published; the
+    background thread and every later ``flush()`` retry them, and ``close()`` raises a
+    :class:`FlushError` until they are published or ``close(discard=True)`` drops them.
+
+    A key has one type for the whole root (int and float mix): the first type published
+    wins. A writer that typed a new key before another writer published it with another
+    type has that run's flush refused (a :class:`FlushError` naming the key; its records
+    stay pending), and its later writes of that key must use the published type. On a
+    local root, writers publishing a new key take turns, so two can never both win; on an
+    object store (gs://) two flushes at the same instant may still both publish, and the
+    key then reads as ``str`` while later writes of either type are accepted.
+
+    A writer belongs to the process that opened it: in a forked child every call raises,
+    except ``close()``, which leaves the pending records to the parent.
+
     >>> from theseus.store import Store, Node
     >>> import tempfile
     >>> store = Store(tempfile.mkdtemp())
@@ -109,7 +151,9 @@ class Writer:
         self._shapes: list[Shape] = []
         self._values: list = []  # each record's values, one record after another
         self._flush_lock = threading.Lock()
-        self._known: dict[str, str] | None = None
+        self._published: dict[str, set[str]] | None = None  # key -> the types the root holds it with
+        self._claimed: dict[str, str] = {}  # key -> the type this writer gave it, not yet seen published
+        self._refused: set[str] = set()  # keys of pending records whose type lost to one published meanwhile
         # keys already validated -> (shape, their Python value types; None when all floats)
         self._seen: dict[tuple[str, ...], tuple[Shape, tuple[type, ...] | None]] = {}
         self._interned: dict[Shape, Shape] = {}  # one object per shape, so records compare by identity
@@ -118,17 +162,19 @@ class Writer:
         self._chain_name: str | None = None
         self._chain_nonce: str | None = None
         self._counter = 0
+        self._pid = os.getpid()
         self._closed = False
-        self._error: BaseException | None = None
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._background, name=f"theseus-writer-{self.id}", daemon=True)
+        _LIVE.add(self)
         self._thread.start()
 
     # -- public API -------------------------------------------------------
 
     def write(self, node: Node, values: Mapping[str, Any]) -> None:
         """Buffer user values (scalars) for ``node``; returns without touching disk."""
-        if type(values) is dict and type(node) is Node and not self._closed:
+        if (type(values) is dict and type(node) is Node and not self._closed and node._seq < _SEQ_END
+                and len(node._name) <= _NAME_MAX):
             # a training loop logs the same keys with the same types every step: validate them
             # once, then only check the value types are those seen (for all floats, a count:
             # a third of building the types tuple) and append
@@ -140,7 +186,8 @@ class Writer:
                     same = countOf(map(type, given), float) == len(given)
                 else:
                     same = tuple(map(type, given)) == types and (not shape.ints or all(
-                        -(2**63) <= v < 2**63 for v, k in zip(given, shape.kinds) if k == "int"))
+                        -(2**63) <= v < 2**63 for v, k in zip(given, shape.kinds) if k == "int")) and (
+                        not shape.strs or all(_utf8(v) for v, k in zip(given, shape.kinds) if k == "str"))
                 if same:
                     # each append is atomic; the shape goes last, as a flush counts records by shapes
                     self._values.extend(given)
@@ -163,29 +210,35 @@ class Writer:
 
     def job(self, node: Node, key: str, config_yaml: str) -> None:
         """Record the job key and its config (YAML text) for ``node``; durable on return."""
-        self._commit(node, _JOB, (str(key), str(config_yaml), "running"))
+        self._commit(node, _JOB, (_text("job key", key), _text("config", config_yaml), "running"))
 
     def status(self, node: Node, status: str) -> None:
         """Buffer a status string (``running``, ``finished``, ``failed``...) for ``node``."""
-        self._append(self._check_node(node), _STATUS, (str(status),))
+        self._append(self._check_node(node), _STATUS, (_text("status", status),))
 
     def checkpoint(self, node: Node, path: str) -> None:
         """Record that ``node`` has a committed checkpoint at root-relative ``path``; durable on return."""
         if not isinstance(path, str) or not path or path.startswith("/") or "://" in path or ".." in path.split("/"):
             raise ValueError(f"checkpoint path must be relative to the root (e.g. 'objects/<id>'), got {path!r}")
-        self._commit(node, _CHECKPOINT, (path,))
+        self._commit(node, _CHECKPOINT, (_text("checkpoint path", path),))
 
     def finished(self, node: Node) -> None:
         """Mark the run finished at ``node``; durable on return."""
         self._commit(node, _FINISHED, (True, "finished"))
 
     def failed(self, node: Node, error: str) -> None:
-        """Mark the run failed at ``node`` with the error text; durable on return."""
-        self._commit(node, _FAILED, (False, "failed", str(error)))
+        """Mark the run failed at ``node`` with the error text (characters that are not valid
+        Unicode escaped, so a failure is always recorded); durable on return."""
+        text = str(error).encode("utf-8", "backslashreplace").decode("utf-8")
+        self._commit(node, _FAILED, (False, "failed", text))
 
     def flush(self) -> None:
-        """Publish every pending record; durable when this returns."""
-        self._raise_background_error()
+        """Publish every pending record; durable when this returns.
+
+        A run that cannot be published keeps its records pending (the other runs are
+        published) and this raises a :class:`FlushError` naming it; the next flush retries.
+        """
+        self._check_process()
         with self._flush_lock:
             n = len(self._shapes)  # records appended meanwhile stay for the next flush
             if not n:
@@ -196,20 +249,41 @@ class Writer:
             taken = [column[:count] for column, count in zip(columns, (n, n, n, width))]
             for column, count in zip(columns, (n, n, n, width)):
                 del column[:count]
+            kept: list[int] = []  # rows of the runs not published
             try:
-                self._publish(*taken)
-            except BaseException:
-                for column, part in zip(columns, taken):
-                    column[:0] = part
-                raise
+                errors = self._publish(*taken, kept=kept)
+            finally:
+                if kept:
+                    self._keep(taken, sorted(kept))
+            if errors:
+                raise FlushError("; ".join(errors)) from errors[next(iter(errors))]
 
-    def close(self) -> None:
-        """Flush and stop the background thread (idempotent)."""
-        if self._closed:
+    def close(self, discard: bool = False) -> None:
+        """Flush and stop the background thread; idempotent once every record is published.
+
+        While some records cannot be published this raises a :class:`FlushError` and keeps
+        them: call ``close()`` again to retry, or ``close(discard=True)`` to drop them.
+
+        >>> from theseus.store import Store, Node
+        >>> import tempfile
+        >>> w = Store(tempfile.mkdtemp()).writer()
+        >>> w.write(Node.start("doc-run"), {"loss": 1.0})
+        >>> w.close(discard=True)  # the pending record is dropped, nothing is published
+        >>> w.store.find().all()
+        []
+        """
+        if os.getpid() != self._pid:  # a forked child: the pending records are the parent's to publish
             return
-        self._closed = True
-        self._wake.set()
-        self._thread.join()
+        if not self._closed:
+            self._closed = True
+            self._wake.set()
+            self._thread.join()
+        if discard:
+            with self._flush_lock:
+                for column in (self._shapes, self._stamps, self._nodes, self._values):
+                    column.clear()
+                self._refused.clear()
+            return
         self.flush()
 
     def __enter__(self) -> Writer:
@@ -220,42 +294,59 @@ class Writer:
 
     # -- internals ----------------------------------------------------------
 
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:
+            raise RuntimeError(
+                f"this writer was opened in process {self._pid} and inherited by process {os.getpid()} through a "
+                "fork: open a new store.writer() in this process (the parent publishes its own records)")
+
     def _check_node(self, node: Node) -> Node:
+        self._check_process()
         if not isinstance(node, Node):
             raise TypeError(f"expected a Node, got {type(node).__name__}")
         if self._closed:
             raise RuntimeError("writer is closed")
+        if node.seq >= _SEQ_END:
+            raise ValueError(f"seq {node.seq} of {node.name} does not fit in int64 (the log's seq column)")
+        if len(node.name) > _NAME_MAX:
+            raise ValueError(f"run name {node.name[:40]}... is {len(node.name)} characters: the log's folder "
+                             f"name=<name> allows at most {_NAME_MAX}")
         return node
 
     def _check_user(self, node: Node, values: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
         self._check_node(node)
         if not isinstance(values, Mapping):
             raise TypeError(f"values must be a mapping of key to scalar, got {type(values).__name__}")
-        known = self._known_types()
+        published = self._published_types()
         items = []
         for key, value in values.items():
             if value is None:
                 continue
             kind = _PYTYPE.get(type(value))
-            if kind is None or key not in known or kind == "int":
+            if kind is None or (key not in published and key not in self._claimed) or kind == "int":
                 schema.check_user_key(key)
                 kind = schema.value_type(key, value, f"store.objects(node) = {self.store.objects(node)}")
                 value = schema.to_python(kind, value)
-            prior = known.get(key)
-            if prior is not None and not schema.compatible(prior, kind):
-                raise ValueError(f"key {key!r} holds {prior} values; got {kind} {value!r}")
+            if kind == "str":
+                _text(f"value of {key!r}", value)
+            prior = published.get(key) or ({self._claimed[key]} if key in self._claimed else ())
+            if prior and not any(schema.compatible(p, kind) for p in prior):
+                raise ValueError(f"key {key!r} holds {' or '.join(sorted(prior))} values; got {kind} {value!r}")
             items.append((key, kind, value))
         for key, kind, _ in items:  # only once the whole record is valid
-            known.setdefault(key, kind)
+            if key not in published:
+                self._claimed.setdefault(key, kind)
         return items
 
-    def _known_types(self) -> dict[str, str]:
-        if self._known is None:
-            self._known = {k: t for k, t in self.store.keys().items() if not k.startswith("_")}
-        return self._known
+    def _published_types(self, fresh: bool = False) -> dict[str, set[str]]:
+        """``{key: types}`` of the user keys in the root, read once (again with ``fresh``)."""
+        if self._published is None or fresh:
+            types = retry_vanished(lambda: Scope(self.store).type_sets())
+            self._published = {k: t for k, t in types.items() if not k.startswith("_")}
+        return self._published
 
     def _shape(self, keys: tuple[str, ...], kinds: tuple[str, ...]) -> Shape:
-        shape = Shape(keys, kinds, "int" in kinds)
+        shape = Shape(keys, kinds, "int" in kinds, "str" in kinds)
         return self._interned.setdefault(shape, shape)
 
     def _entry(self, node: Node) -> Node | int:
@@ -285,15 +376,22 @@ class Writer:
             if self._shapes:
                 try:
                     self.flush()
-                except BaseException as e:  # surfaced on the next call
-                    self._error = e
+                except Exception:  # noqa: BLE001 - the records stay pending: retried next interval, raised by flush() and close()
+                    pass
 
-    def _raise_background_error(self) -> None:
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise RuntimeError(f"background flush failed: {error}") from error
+    def _keep(self, taken: list[list], rows: list[int]) -> None:
+        """Put the records at ``rows`` of a flush's ``taken`` columns back in front of the pending ones."""
+        entries, clock, shapes, values = taken
+        starts = Records(None, None, None, shapes, values).starts()
+        self._values[:0] = [v for i in rows for v in values[starts[i]:starts[i + 1]]]
+        self._nodes[:0] = [entries[i] for i in rows]
+        self._stamps[:0] = [clock[i] for i in rows]
+        self._shapes[:0] = [shapes[i] for i in rows]
 
-    def _publish(self, entries: list[Node | int], clock: list[int], shapes: list[Shape], values: list) -> None:
+    def _publish(self, entries: list[Node | int], clock: list[int], shapes: list[Shape], values: list,
+                 kept: list[int]) -> dict[str, Exception]:
+        """Publish one segment per run; adds the rows of the runs not published to ``kept``
+        and returns ``{message: error}`` for each of them."""
         # write stamps strictly increase in record order across the writer's life:
         # s[i] = max(clock[i], s[i - 1] + 1), as a running maximum of clock[i] - i
         steps = np.arange(len(entries))
@@ -303,13 +401,111 @@ class Writer:
         seqs, given, rows_of = split_runs(entries, (self._chain_name, self._chain_nonce))
         records = Records(seqs, given, stamps, shapes, values)
         fs, root = self.store.fs, self.store.path()
-        for (name, nonce), rows in rows_of.items():
-            run_records = records if rows is None else records.take(rows)
-            table, keys, index = build_segment(run_records, name, nonce, self.id)
-            self._counter += 1  # before publishing: a retried flush never reuses a name
-            path = f"{run_dir(root, name, nonce)}/{segment_name(int(run_records.stamps[-1]), self.id, self._counter)}"
-            rootfs.publish(fs, path, encode(table, keys, index, codec="lz4"))
+        todo = [(run, list(range(len(entries))) if rows is None else rows) for run, rows in rows_of.items()]
+        errors: dict[str, Exception] = {}
+        try:
+            with self._types_turn(todo, shapes) as conflicts:
+                while todo:
+                    (name, nonce), rows = todo[0]
+                    run_records = records if len(todo) == 1 and len(rows) == len(entries) else records.take(rows)
+                    try:
+                        if (name, nonce) in conflicts:
+                            raise conflicts[name, nonce]
+                        table, keys, index = build_segment(run_records, name, nonce, self.id)
+                        self._counter += 1  # before publishing: a retried flush never reuses a name
+                        path = f"{run_dir(root, name, nonce)}/{segment_name(int(run_records.stamps[-1]), self.id, self._counter)}"
+                        rootfs.publish(fs, path, encode(table, keys, index, codec="lz4"))
+                        self._published_now(keys)
+                    except Exception as e:
+                        kept += rows
+                        errors[f"{len(rows)} record(s) of run {name} nonce {nonce} not published, kept pending "
+                               f"(flush retries them, close(discard=True) drops them): {type(e).__name__}: {e}"] = e
+                    todo.pop(0)
+        finally:
+            for _, rows in todo:  # interrupted: the runs not reached stay pending too
+                kept += rows
         self._last_stamp = int(stamps[-1])
+        return errors
+
+    @contextlib.contextmanager
+    def _types_turn(self, todo: list, shapes: list[Shape]) -> Iterator[dict[tuple[str, str], Exception]]:
+        """Yields ``{run: error}`` for the runs of ``todo`` that hold a key with another type than the
+        one published meanwhile; while the runs introduce keys, holds this root's turn to do so."""
+        if not (self._claimed or self._refused):
+            yield {}
+            return
+        with _root_turn(self.store) if self._claimed else contextlib.nullcontext():
+            published = self._published_types(fresh=bool(self._claimed))
+            conflicts = {}
+            for run, rows in todo:
+                used = {id(shapes[i]): shapes[i] for i in rows}.values()
+                for key, kind in {(k, t) for shape in used for k, t in zip(shape.keys, shape.kinds)}:
+                    prior = published.get(key)
+                    if prior and not any(schema.compatible(p, kind) for p in prior):
+                        conflicts[run] = TypeError(
+                            f"key {key!r} was published as {' or '.join(sorted(prior))} by another writer since this "
+                            f"writer gave it {kind} values: the first type published wins")
+                        self._refused.add(key)
+                        self._claimed.pop(key, None)
+                        self._seen.clear()  # later writes are checked against the published type
+            yield conflicts
+
+    def _published_now(self, keys: dict[str, str]) -> None:
+        """Note the keys of a segment just published: their types are the root's now."""
+        if self._published is None:  # no user write has read the root's types yet
+            return
+        for key, kind in keys.items():
+            if not key.startswith("_"):
+                self._published.setdefault(key, set()).add(kind)
+                self._claimed.pop(key, None)
+
+
+@contextlib.contextmanager
+def _root_turn(store: Store) -> Iterator[None]:
+    """Hold the root's turn to publish new keys: an exclusive lock on its log folder (local roots
+    only; object stores have no lock, so there this holds nothing).
+
+    >>> from theseus.store import Store
+    >>> import tempfile
+    >>> with _root_turn(Store(tempfile.mkdtemp())):
+    ...     pass
+    """
+    if not rootfs.is_local(store.fs):
+        yield
+        return
+    folder = store.path(LOG)
+    os.makedirs(folder, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released when the descriptor closes
+        yield
+    finally:
+        os.close(fd)
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` can be stored (encoded as UTF-8: no lone surrogates).
+
+    >>> _utf8("loss"), _utf8("\\udc80")
+    (True, False)
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _text(what: str, value: object) -> str:
+    """``str(value)``, or a ValueError naming ``what`` when it cannot be stored as UTF-8.
+
+    >>> _text("status", "running")
+    'running'
+    """
+    text = str(value)
+    if not _utf8(text):
+        raise ValueError(f"{what} {text!r} is not valid Unicode (lone surrogates cannot be stored as UTF-8)")
+    return text
 
 
 def split_runs(entries: list[Node | int], chain: tuple[str, str]) -> tuple[np.ndarray, dict | None, dict]:
