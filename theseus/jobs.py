@@ -237,6 +237,8 @@ class Job:
     #: Whether this process writes log records (set it in ``setup()``, e.g. ``jax.process_index() == 0``);
     #: other processes get a writer that drops records.
     primary: bool = True
+    #: Whether a checkpoint restored in ``setup()`` is first checked against its MANIFEST (``create(verify=...)``).
+    verify: bool = True
 
     def __init__(self, store: Store, node: Node, config: DictConfig, base: Node | None = None):
         """Use ``Job.create``; this only stores the attributes."""
@@ -248,6 +250,7 @@ class Job:
         self.writer = None
         self.log = logger.bind(job=self.key, run=node.run)
         self._ran = False
+        self._claimed = False
 
     # -- building -----------------------------------------------------------
 
@@ -265,7 +268,7 @@ class Job:
     @classmethod
     def create(cls, store: Store | str | os.PathLike, name: str, config: Any = None, *,
                overrides: Iterable[str] = (), base: Node | None = None, branch: bool = False,
-               nonce: str | None = None) -> Job:
+               nonce: str | None = None, verify: bool = True) -> Job:
         """Validate ``config``, make the first node and ``setup()`` the job; nothing is written.
 
         ``config`` is a DictConfig, a dict or YAML text of values over the
@@ -274,7 +277,10 @@ class Job:
         from that node: it continues base's lineage at ``base.next()``, or starts
         a new lineage with parent ``base`` when ``branch=True``. ``nonce`` fixes the
         nonce of a new lineage (the processes of a multi-host launch must agree on
-        their node ids); by default it is fresh.
+        their node ids); by default it is fresh. ``verify=False`` skips checking a
+        restored checkpoint's files against its MANIFEST (sha256 of every byte).
+        A run that continues base's lineage claims it when it starts (``job()``):
+        a second resume of the same node then stops with ``ResumeConflict``.
 
         >>> import tempfile
         >>> job = get_job("data/tokenize/pydoc").create(tempfile.mkdtemp(), "tok", overrides=["data.max_samples=5"])
@@ -298,7 +304,10 @@ class Job:
             node = Node.start(name, parent=base)
         else:
             node = Node(name, nonce, 0, base.id if base is not None else None)
+        if not isinstance(verify, bool):
+            raise TypeError(f"verify must be True or False, got {verify!r}")
         self = cls(_as_store(store), node, cfg, base=base)
+        self.verify = verify
         self.log.debug(f"JOB {node.run} | building state")
         if base is None:
             self.log.debug(f"JOB {node.run} | starting anew")
@@ -350,6 +359,7 @@ class Job:
         run = self.node.run
         self.log.info(f"JOB {run} | starting")
         with (self.store.writer() if self.primary else _NullWriter()) as w:
+            self.claim(w)  # before the first record: a refused resume writes nothing more
             self.writer = w
             try:
                 w.job(self.node, self.key, configs.to_yaml(self.config))
@@ -372,6 +382,23 @@ class Job:
         self.sync()
         self.log.info(f"JOB {run} | finished")
         return result
+
+    def claim(self, writer) -> None:
+        """Claim this run's first node when it continues base's lineage (once, on the writing process).
+
+        ``job()`` calls it before the first record; a second resume of the same node
+        raises ``theseus.store.claim.ResumeConflict`` here. A fresh run or a branch has
+        its own nonce and claims nothing.
+
+        >>> import tempfile
+        >>> job = get_job("data/tokenize/pydoc").create(tempfile.mkdtemp(), "tok")
+        >>> job.claim(None)  # a fresh lineage: nothing to claim, nothing written
+        """
+        if not self._claimed and self.primary and self.base is not None and self.node.nonce == self.base.nonce:
+            from theseus.store.claim import claim
+
+            claim(self.store, writer, self.node)
+        self._claimed = True
 
     def tick(self) -> Node:
         """Move to the next node (seq + 1, parent = the current id) and return it.

@@ -24,6 +24,7 @@ from loguru import logger
 from omegaconf import DictConfig
 
 from theseus.jobs import Job, get_job
+from theseus.store import trust
 from theseus.store.node import Node
 
 __all__ = ["Quick", "QuickJob", "init", "quick"]
@@ -57,7 +58,8 @@ class QuickJob:
         self._config: DictConfig | None = None
         self.base: Node | None = None  # the node a resumed/branched job restores from
         self.branched = False
-        self._restored: tuple[str, str, str, Node, bool] | None = None  # set by resume()/branch()
+        self._restored: tuple[str, str, str, Node, bool, bool] | None = None  # set by resume()/branch()
+        self.verify = True  # check a restored checkpoint against its MANIFEST (resume(verify=False) skips it)
         self._closed = False
 
     # -- finding --------------------------------------------------------------
@@ -95,12 +97,12 @@ class QuickJob:
             if self._restored is None:
                 raise ValueError("nothing to rebuild: call q.find()...resume() (or branch()) first, "
                                  "or q.build(job_key, run_name) for a new job")
-            key, name, config_yaml, base, branch = self._restored
-            if self._config is not None and (self.job_key, self.run_name, self.base, self.branched) == (
-                    key, name, base, branch):
+            key, name, config_yaml, base, branch, verify = self._restored
+            if self._config is not None and (self.job_key, self.run_name, self.base, self.branched, self.verify) == (
+                    key, name, base, branch, verify):
                 return self  # already the restored job: keep the edits made to q.config since resume()
             cls = get_job(key)
-            self.job_key, self.run_name, self.base, self.branched = key, name, base, branch
+            self.job_key, self.run_name, self.base, self.branched, self.verify = key, name, base, branch, verify
             from theseus.config import from_yaml
 
             self._config = from_yaml(cls.Config, config_yaml)
@@ -112,43 +114,50 @@ class QuickJob:
         Node.start(run_name)  # checks the run name now, not at create()
         self.job_key, self.run_name = job_key, run_name
         self._config = cls.defaults()
-        self.base, self.branched = None, False
+        self.base, self.branched, self.verify = None, False, True
         return self
 
-    def resume_from(self, cursor) -> QuickJob:
+    def resume_from(self, cursor, verify: bool = True) -> QuickJob:
         """Hook of ``q.find()...resume()``: make the job of the cursor's last node pending, restored from it.
 
         The run continues that node's lineage (seq + 1); when the lineage already
         went on past that node it becomes a branch instead. ``q.config`` becomes the
-        run's recorded config and ``q.build()`` with no arguments rebuilds it.
+        run's recorded config and ``q.build()`` with no arguments rebuilds it. A
+        recorded config that is not plain data (YAML tags, resolvers such as
+        ``${oc.env:...}``) is a ValueError naming the node. ``verify`` (default True):
+        ``create()`` checks the checkpoint's files against its MANIFEST first.
 
         >>> QuickJob.resume_from.__name__
         'resume_from'
         """
-        return self._restore(cursor.last(), branch=False)
+        return self._restore(cursor.last(), branch=False, verify=verify)
 
-    def branch_from(self, cursor) -> QuickJob:
+    def branch_from(self, cursor, verify: bool = True) -> QuickJob:
         """Hook of ``q.find()...branch()``: like ``resume_from``, but a new lineage
         (fresh nonce, seq 0, parent = the node).
 
         >>> QuickJob.branch_from.__name__
         'branch_from'
         """
-        return self._restore(cursor.last(), branch=True)
+        return self._restore(cursor.last(), branch=True, verify=verify)
 
-    def _restore(self, node: Node, branch: bool = False) -> QuickJob:
+    def _restore(self, node: Node, branch: bool = False, verify: bool = True) -> QuickJob:
         self._check_open()
+        if not isinstance(verify, bool):
+            raise TypeError(f"verify must be True or False, got {verify!r}")
         run = self.store.run_record(node.nonce)
         key, config_yaml = run.get("_job"), run.get("_config")
         if not key:
             raise ValueError(f"node {node.id} belongs to a run with no recorded job; it cannot be resumed")
+        if config_yaml:  # a root may come from a stranger: its config is plain data or refused
+            trust.plain_config(config_yaml, f"node {node.id} ({node.name}:{node.nonce}:{node.seq})")
         if not branch and self.store.find().nonce(node.nonce).last().seq > node.seq:
             # the lineage already went on past this node: continuing it would write a
             # second history over the same node ids, so the resumed run branches instead
             logger.info(f"RESUME | {node.id} is not the tip of {node.name}:{node.nonce}; "
                         "continuing as a branch (fresh nonce, parent = that node)")
             branch = True
-        self._restored = (key, node.name, config_yaml or "", node, branch)
+        self._restored = (key, node.name, config_yaml or "", node, branch, verify)
         self._config = None  # a new restore starts from the run's saved config
         return self.build()
 
@@ -181,7 +190,8 @@ class QuickJob:
         if self.job_key is None:
             raise ValueError("no job built yet: call q.build(job_key, run_name) first (`theseus jobs` lists the keys)")
         cls = get_job(self.job_key)
-        return cls.create(self.store, self.run_name, self.config, base=self.base, branch=self.branched)
+        return cls.create(self.store, self.run_name, self.config, base=self.base, branch=self.branched,
+                          verify=self.verify)
 
     def shard(self, tp: int | None = None, fsdp: bool | None = None, zero: bool | None = None) -> QuickJob:
         """Choose the layout of the pending training job: tensor-parallel degree, FSDP, ZeRO-1.

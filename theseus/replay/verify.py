@@ -22,7 +22,8 @@ from typing import Any
 import fsspec
 import jax
 
-from theseus.store import EmptyResult, Node, Store
+from theseus.store import EmptyResult, Node, Store, trust
+from theseus.store import fs as rootfs
 from theseus.store.schema import CHECKPOINT, CONFIG
 
 LOSS = "train/loss"
@@ -154,7 +155,11 @@ def checkpoint_of(store: Store, node: str | Node) -> tuple[Node, str]:
         hint = f"seqs with one: {saved}" if saved else "that run has no checkpoint at all"
         raise ValueError(f"node {node.id} ({node.name}:{node.nonce}:{node.seq}) has no committed checkpoint "
                          f"({hint})")
-    return node, store.url(path)
+    try:  # the rule audit and resume apply: only a folder inside the root is followed
+        folder = trust.checkpoint_folder(store.fs, store.path(), path)
+    except ValueError as e:
+        raise ValueError(f"node {node.id} ({node.name}:{node.nonce}:{node.seq}): {e}") from None
+    return node, rootfs.url(store.fs, folder)
 
 
 def logged_losses(store: Store, node: Node) -> dict[int, float]:
@@ -212,6 +217,7 @@ def verify(store: Store | str, node: str | Node, steps: int, rtol: float = 1e-5,
     if config is None:
         with fsspec.open(f"{folder}/{CONFIG_FILE}", "r") as f:
             config = f.read()
+    trust.plain_config(config, f"node {node.id} ({node.name}:{node.nonce}:{node.seq})")  # no tags, no resolvers
     trainer = Trainer(config, store.root, log=log or logger,
                       peak_flops=float("nan"), progress=False)
     try:

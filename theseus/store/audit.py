@@ -1,7 +1,7 @@
 """Audit a root offline, and collect its garbage: ``theseus audit`` / ``theseus gc``.
 
 The audit reads the log once (Parquet), every checkpoint's ``MANIFEST.json`` and
-``checkpoint/index.json`` (JSON) and ``config.yaml`` (``yaml.safe_load``), and
+``checkpoint/index.json`` (JSON) and ``config.yaml`` (plain data: see ``trust``), and
 streams every checkpoint file once through sha256. Nothing read from the root is
 executed or unpickled (DESIGN.md invariant 4), so a root copied from a stranger
 can be audited safely; this module imports no JAX.
@@ -39,10 +39,9 @@ from typing import Any
 
 import fsspec
 import polars as pl
-import yaml
 
 from theseus.store import fs as rootfs
-from theseus.store import schema
+from theseus.store import schema, trust
 from theseus.store.node import check_nonce, decode_id, encode_id
 from theseus.store.fold import node_ids
 from theseus.store.reader import empty_frame, latest_records, scan, value_expr
@@ -267,6 +266,7 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
     known = set(nodes["node"].to_list())
     checkpoints = {r["node"]: r["value"] for r in records if r["key"] == schema.CHECKPOINT}
 
+    problems += _config_problems(records, nonce)
     wanted = [r for r in records if r["key"] == schema.CHECKPOINT and (nonce is None or r["nonce"] == nonce)]
     checked = _check_checkpoints(fs, base, wanted, verify_checksums, threads, problems)
     runs = _runs(fs, base, _run_rows(audited), records, checkpoints, checked, known, problems)
@@ -456,6 +456,18 @@ def _reserved(log: pl.DataFrame) -> list[dict]:
     return frame.sort("stamp", "writer").collect().to_dicts()
 
 
+def _config_problems(records: list[dict], nonce: str | None) -> list[Problem]:
+    """The recorded job configs a resume would refuse: YAML tags, resolver interpolations, not YAML."""
+    out = []
+    for r in records:
+        if r["key"] == schema.CONFIG and r["value"] and (nonce is None or r["nonce"] == nonce):
+            try:
+                trust.plain_config(r["value"], f"node {r['node']} ({r['name']}:{r['nonce']}:{r['seq']})")
+            except ValueError as e:
+                out.append(Problem("unsafe-config", f"{r['name']}:{r['nonce']}", str(e)))
+    return out
+
+
 def _run_rows(nodes: pl.DataFrame) -> list[dict]:
     """Per run: name, nonce, node count, the sorted seqs, last node, last write, origin (seq 0's parent)."""
     runs = nodes.group_by("name", "nonce").agg(
@@ -582,16 +594,13 @@ def _load_config(fs, folder: str) -> dict | None:
         return None
 
 
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: same safety, 10x faster
-
-
 def _parse_config(data: bytes) -> dict:
-    """A config.yaml as plain data (a safe loader: no tags, no objects).
+    """A config.yaml as plain data (no tags, no objects, no resolvers: the rule resume applies too).
 
     >>> _parse_config(b"training:\\n  lr: 0.1\\n")
     {'training': {'lr': 0.1}}
     """
-    loaded = yaml.load(data.decode(), Loader=_SAFE_LOADER)  # noqa: S506 - a safe loader
+    loaded = trust.plain_config(data.decode(), "this checkpoint")
     return loaded if isinstance(loaded, dict) else {"": loaded}
 
 
@@ -624,11 +633,11 @@ def _diff(before: dict, after: dict) -> tuple[Change, ...]:
 
 
 def _safe_path(path: str) -> str | None:
-    """A root-relative checkpoint path, or None when it could leave the root."""
-    parts = path.split("/") if isinstance(path, str) else []
-    if not parts or path.startswith("/") or "://" in path or "\\" in path or any(p in ("", ".", "..") for p in parts):
+    """A root-relative checkpoint path, or None when it could leave the root (the rule resume applies too)."""
+    try:
+        return trust.checkpoint_path(path)
+    except ValueError:
         return None
-    return path
 
 
 def _folder_of(path: str) -> str:
@@ -671,11 +680,11 @@ def _check_checkpoints(fs, base, wanted, verify, threads, problems) -> dict[str,
 
 def _open_checkpoint(fs, base: str, path: str) -> tuple[dict | None, dict[str, int], Problem | None]:
     """(manifest entries by path, files present with sizes, or the problem that stops the check)."""
-    safe = _safe_path(path)
-    if safe is None:
-        return None, {}, Problem("bad-checkpoint-path", str(path), f"checkpoint path {path!r} is not a plain path "
-                                 "inside the root; not followed")
-    folder = f"{base}/{safe}"
+    try:
+        folder = trust.checkpoint_folder(fs, base, path)  # the rule resume applies too
+    except ValueError as e:
+        return None, {}, Problem("bad-checkpoint-path", str(path), str(e))
+    safe = path
     present = _list_files(fs, folder)
     if not present:
         return None, present, Problem("missing-checkpoint", safe, f"checkpoint folder {safe} is missing or empty, "

@@ -222,17 +222,23 @@ class Cursor:
         """The result as a pandas DataFrame."""
         return self.frame().collect().to_pandas()
 
-    def resume(self):
-        """Restore the last node of the result as the job to run (needs a quick session)."""
+    def resume(self, verify: bool = True):
+        """Restore the last node of the result as the job to run (needs a quick session).
+
+        ``verify=False`` skips checking the checkpoint's files against its MANIFEST.
+        """
         if self.context is None:
             raise RuntimeError("resume() needs a quick session: use quick(root).find()...resume()")
-        return self.context.resume_from(self)
+        return self.context.resume_from(self, verify=verify)
 
-    def branch(self):
-        """Start a new lineage from the last node of the result (needs a quick session)."""
+    def branch(self, verify: bool = True):
+        """Start a new lineage from the last node of the result (needs a quick session).
+
+        ``verify=False`` skips checking the checkpoint's files against its MANIFEST.
+        """
         if self.context is None:
             raise RuntimeError("branch() needs a quick session: use quick(root).find()...branch()")
-        return self.context.branch_from(self)
+        return self.context.branch_from(self, verify=verify)
 
     def describe(self) -> str:
         """A readable summary of the query, for error messages."""

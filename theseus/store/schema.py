@@ -22,7 +22,8 @@ STATUS = "_status"
 ERROR = "_error"
 FINISHED = "_finished"
 CHECKPOINT = "_checkpoint"
-RESERVED = {JOB: "str", CONFIG: "str", STATUS: "str", ERROR: "str", FINISHED: "bool", CHECKPOINT: "str"}
+CLAIM = "_claim"  # a resume's claim to continue a lineage at this node (see store.claim)
+RESERVED = {JOB: "str", CONFIG: "str", STATUS: "str", ERROR: "str", FINISHED: "bool", CHECKPOINT: "str", CLAIM: "str"}
 
 TYPES = ("float", "int", "bool", "str")
 

@@ -103,6 +103,7 @@ _STATUS = Shape((schema.STATUS,), ("str",))
 _CHECKPOINT = Shape((schema.CHECKPOINT,), ("str",))
 _FINISHED = Shape((schema.FINISHED, schema.STATUS), ("bool", "str"))
 _FAILED = Shape((schema.FINISHED, schema.STATUS, schema.ERROR), ("bool", "str", "str"))
+_CLAIM = Shape((schema.CLAIM,), ("str",))
 
 
 class Writer:
@@ -231,6 +232,21 @@ class Writer:
         Unicode escaped, so a failure is always recorded); durable on return."""
         text = str(error).encode("utf-8", "backslashreplace").decode("utf-8")
         self._commit(node, _FAILED, (False, "failed", text))
+
+    def claim(self, node: Node) -> None:
+        """Record this writer's claim to continue ``node``'s lineage from ``node`` on; durable on return.
+
+        A resume claims its first node (``theseus.store.claim``); the record holds the writer's id.
+
+        >>> import tempfile
+        >>> from theseus.store import Store
+        >>> store, node = Store(tempfile.mkdtemp()), Node.start("doc-claim")
+        >>> with store.writer() as w:
+        ...     w.claim(node)
+        ...     store.record(node)["_claim"] == w.id
+        True
+        """
+        self._commit(node, _CLAIM, (self.id,))
 
     def flush(self) -> None:
         """Publish every pending record; durable when this returns.

@@ -7,7 +7,10 @@ from typing import Any
 
 from theseus import config as configs
 from theseus.jobs import Job, _NullWriter, job
-from theseus.store import Node
+from theseus.store import EmptyResult, Node
+from theseus.store import fs as rootfs
+from theseus.store import schema, trust
+from theseus.train import manifest as mf
 from theseus.train.config import PretrainConfig
 
 
@@ -40,6 +43,11 @@ class Pretrain(Job):
                     f"node {self.base.id} (seq {self.base.seq} of {self.base.name}:{self.base.nonce}) has no "
                     "committed checkpoint; query with .checkpoint() to pick one that has"
                 )
+            try:  # the rule audit applies: only a folder inside the root is followed
+                checkpoint = trust.checkpoint_folder(self.store.fs, self.store.path(), checkpoint)
+            except ValueError as e:
+                raise ValueError(f"cannot restore node {self.base.id} (seq {self.base.seq} of "
+                                 f"{self.base.name}:{self.base.nonce}): {e}") from None
         self.primary = jax.process_index() == 0
         self._ticked = False
         self.trainer = Trainer(
@@ -47,7 +55,7 @@ class Pretrain(Job):
             self.store.root,
             on_report=self._report,
             on_checkpoint=self._committed,
-            folder_fn=lambda step: self.store.objects(self._node_at(step)),
+            folder_fn=self._folder_at,
             sidecars=self._sidecars,
             log=self.log,
         )
@@ -57,7 +65,7 @@ class Pretrain(Job):
             self.trainer.init()
             self._offset = 0
         else:
-            self.trainer.restore(self.store.url(checkpoint))
+            self.trainer.restore(rootfs.url(self.store.fs, checkpoint), verify=self.verify)
             # same lineage: seq == step; a branch starts its own seq 0 at the base's step
             self._offset = self.trainer.step if self.node.nonce != self.base.nonce else 0
 
@@ -71,6 +79,28 @@ class Pretrain(Job):
         if seq == 0:
             return Node(self.name, self.node.nonce, 0, self.base.id if self.base is not None else None)
         return Node(self.name, self.node.nonce, seq, Node(self.name, self.node.nonce, seq - 1).id)
+
+    def _folder_at(self, step: int) -> str:
+        """The checkpoint folder of ``step``'s node, cleared of a complete checkpoint that no record references.
+
+        Such a folder is left by a crash between its MANIFEST and its record (garbage by
+        the commit order); this run continues the lineage under its claim, so no one else
+        writes that node's folder, and the save replaces it instead of refusing.
+        """
+        node = self._node_at(step)
+        folder = self.store.objects(node)
+        if self.primary and mf.exists(mf.join(folder, mf.MANIFEST)) and not self._references(node):
+            self.log.warning(f"CHECKPOINT | {folder} holds a complete checkpoint no record references "
+                             "(left by a crash before its commit); replacing it")
+            mf.remove_tree(folder)
+        return folder
+
+    def _references(self, node: Node) -> bool:
+        """Whether a checkpoint record of ``node`` exists."""
+        try:
+            return bool(self.store.record(node).get(schema.CHECKPOINT))
+        except EmptyResult:
+            return False
 
     def _report(self, step: int, metrics: dict[str, Any]) -> None:
         node = self._node_at(step)
@@ -110,6 +140,7 @@ class Pretrain(Job):
         """Train exactly one step (consuming ``batch()``) and write its node like a normal step."""
         if self.writer is None:
             with (self.store.writer() if self.primary else _NullWriter()) as w:  # only process 0 writes records
+                self.claim(w)  # a resumed lineage is claimed before its first record, as in job()
                 self.writer = w
                 try:
                     if not self._ran and not self._ticked:  # a created job ticked before it ran: its lineage
