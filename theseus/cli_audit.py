@@ -204,11 +204,11 @@ def gc_command(
     min_age: Annotated[float, typer.Option("--min-age", min=0,
                                            help="Keep folders written less than this many seconds ago")] = 3600.0,
 ) -> None:
-    """Delete object folders that no committed checkpoint record references (left by crashes).
+    """Delete object folders that no committed checkpoint record references, and temporary files (left by crashes).
 
     Never deletes a referenced folder, one not named by a node id, one written in
-    the last ``--min-age`` seconds (a checkpoint may still be saving), or one whose
-    run has no log records.
+    the last ``--min-age`` seconds (a checkpoint may still be saving), one whose
+    run has no log records, or anything through a link (reported, not followed).
     Example: ``theseus gc /tmp/root --dry-run``.
     \f
     >>> import tempfile
@@ -221,13 +221,14 @@ def gc_command(
         report = gc(root, dry_run=dry_run, min_age_s=min_age)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)  # paths are never cut: they can be copied whole
     verb = "would delete" if dry_run else "deleted"
-    for rel in report.deleted:
+    for rel in report.deleted + report.temporaries:
         console.print(f"{verb} {escape(rel)}")
     for rel, reason in report.kept:
         console.print(f"kept {escape(rel)}: {escape(reason)}")
-    console.print(f"{verb} {_count(len(report.deleted), 'folder')} ({_size(report.bytes)})")
+    temporaries = f" and {_count(len(report.temporaries), 'temporary file')}" if report.temporaries else ""
+    console.print(f"{verb} {_count(len(report.deleted), 'folder')}{temporaries} ({_size(report.bytes)})")
 
 
 def register(app: typer.Typer) -> None:

@@ -481,6 +481,7 @@ class CorruptSegment(ValueError):
 def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> Footer:
     """The footer of one segment (reads the footer only); a bad file is a CorruptSegment naming it."""
     try:
+        rootfs.check_regular(fs, path)  # a FIFO or device named like a segment would block or never end
         if rootfs.is_local(fs):
             with _LOCAL_FILES.open_input_file(path) as f:
                 meta = pq.read_metadata(f)
@@ -489,6 +490,8 @@ def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> Footer:
                 meta = pq.read_metadata(f)
     except FileNotFoundError:
         raise
+    except rootfs.NotPlainFile as e:
+        raise CorruptSegment(f"not a segment: {e}") from e
     except Exception as e:
         raise CorruptSegment(f"corrupt or truncated segment {rootfs.url(fs, path)}: {e}") from e
     kv = meta.metadata or {}

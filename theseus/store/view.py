@@ -117,6 +117,7 @@ def list_views(store: Store) -> list[str]:
 def read_view(store: Store, path: str) -> View:
     """Parse a view's footer; a broken view is an error naming it (it can be deleted and rebuilt)."""
     try:
+        rootfs.check_regular(store.fs, path)  # a FIFO or device named like a view would block or never end
         if rootfs.is_local(store.fs):
             file = pq.ParquetFile(path)  # kept open: queries read row groups through it
             meta = file.metadata
