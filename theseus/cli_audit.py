@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from theseus.cli_errors import fail
+from theseus.cli_errors import fail, reported
 from theseus.store.audit import AuditReport, CheckpointAudit, RunAudit, audit, flatten, gc
 
 _SHOWN_GAPS = 4
@@ -237,5 +237,5 @@ def register(app: typer.Typer) -> None:
     >>> app = typer.Typer(); register(app); sorted(c.name for c in app.registered_commands)
     ['audit', 'gc']
     """
-    app.command("audit")(audit_command)
-    app.command("gc")(gc_command)
+    app.command("audit")(reported(audit_command))
+    app.command("gc")(reported(gc_command))

@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from theseus.cli_errors import reported
 from theseus.store import EmptyResult, Node, Store
 from theseus.store.fold import WRITTEN
 from theseus.store.view import list_views
@@ -94,6 +95,6 @@ def compact(root: str = typer.Argument(..., help="root folder or gs:// URL")) ->
 
 def register(app: typer.Typer) -> None:
     """Add the store commands to a Typer app."""
-    app.command("ls")(ls)
-    app.command("show")(show)
-    app.command("compact")(compact)
+    app.command("ls")(reported(ls))
+    app.command("show")(reported(show))
+    app.command("compact")(reported(compact))
