@@ -46,7 +46,7 @@ from theseus.store import schema
 from theseus.store.node import check_nonce, decode_id, encode_id
 from theseus.store.fold import node_ids
 from theseus.store.reader import empty_frame, latest_records, scan, value_expr
-from theseus.store.segments import list_segments
+from theseus.store.segments import list_segments, partition_ok
 
 __all__ = ["AuditReport", "Change", "CheckpointAudit", "GcReport", "Problem", "Resume", "RunAudit", "audit", "flatten", "gc"]
 
@@ -275,7 +275,7 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
     referenced = {_folder_of(path) for path in checkpoints.values()}
     unreferenced = _unreferenced(fs, base, referenced, nonce, problems)
     if nonce is None:
-        problems += _temporaries(fs, base)
+        problems += _temporaries(fs, base) + _stray_folders(fs, base)
     if not segments and not runs and not unreferenced and nonce is None:
         problems.append(Problem("empty-root", "log", f"no log segments under {rootfs.url(fs, base)}/log", WARNING))
     return AuditReport(
@@ -377,8 +377,7 @@ def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0
 
 def _open(root: str | os.PathLike) -> tuple[fsspec.AbstractFileSystem, str]:
     fs, base = rootfs.open_root(root)
-    if not fs.isdir(base):
-        raise FileNotFoundError(f"no root at {rootfs.url(fs, base)}: the folder does not exist")
+    rootfs.require_root(fs, base)
     return fs, base
 
 
@@ -920,6 +919,24 @@ def _temporaries(fs, base: str) -> list[Problem]:
         out.append(Problem("temporary-file", rel, f"{rel} ({size} bytes, written {age:.0f} s ago) is a temporary file "
                            "left by a killed writer, or one being written now; no reader lists it; "
                            "`theseus gc` deletes it once older than --min-age", WARNING))
+    return out
+
+
+def _stray_folders(fs, base: str) -> list[Problem]:
+    """A warning per folder of ``log/`` that is not ``name=<run name>/nonce=<nonce>``: readers skip it."""
+    if not rootfs.is_local(fs):
+        return []  # object stores have no empty folders, and a stray object's partition is not listed
+    out, log = [], f"{base}/log"
+    for name in sorted(_listdir(log)):
+        rel = f"log/{name}"
+        if not partition_ok("name=", name):
+            out.append(Problem("stray-folder", rel, f"{rel} is not a run name's folder (log/name=<project.group.run>): "
+                               "readers skip it", WARNING))
+            continue
+        for nonce in sorted(_listdir(f"{log}/{name}")):
+            if not partition_ok("nonce=", nonce):
+                out.append(Problem("stray-folder", f"{rel}/{nonce}", f"{rel}/{nonce} is not a run's folder "
+                                   "(nonce=<6 hex characters>): readers skip it", WARNING))
     return out
 
 

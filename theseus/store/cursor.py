@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
+import pyarrow as pa
 
 from theseus.store import schema
 from theseus.store.node import Node, check_nonce, decode_id, normalize_name
@@ -141,7 +142,9 @@ class Cursor:
     def sort(self, key: str, ascending: bool = True) -> Cursor:
         """Order by ``key`` (nulls last); the default order is name, nonce, seq."""
         schema.check_user_key(key)
-        return replace(self, sorts=self.sorts + ((key, bool(ascending)),))
+        if not isinstance(ascending, bool):
+            raise ValueError(f"sort({key!r}, ascending=...) takes a bool, got {ascending!r}")
+        return replace(self, sorts=self.sorts + ((key, ascending),))
 
     def latest(self) -> Cursor:
         """Only the most recently written matching node."""
@@ -258,15 +261,21 @@ class Cursor:
         after the node identity columns with ``identity``, and only rows holding one of them
         (as ``{column: values}`` when :meth:`_plan` answers from the folds alone).
         """
+        self.store._require_root()
         for attempt in range(_RETRIES):
+            scope = None
             try:
                 scope = Scope(self.store, self.name_glob, self.nonce_glob)
                 plan = self._plan(scope, select_keys, all_user_keys, parent, select, identity)
                 return plan.collect() if isinstance(plan, pl.LazyFrame) else plan
             except CorruptSegment:
                 raise
-            except (FileNotFoundError, pl.exceptions.PolarsError, OSError) as e:
-                if not (isinstance(e, FileNotFoundError) or _missing_file(e)) or attempt == _RETRIES - 1:
+            except (FileNotFoundError, pl.exceptions.PolarsError, OSError, pa.ArrowException) as e:
+                missing = isinstance(e, FileNotFoundError) or _missing_file(e)
+                if not missing and scope is not None and scope.view is not None:
+                    self.store._ignore_view(scope.view.path, e)  # log reads raise CorruptSegment: the view is bad
+                    continue
+                if not missing or attempt == _RETRIES - 1:
                     raise
                 time.sleep(0.002 * attempt)
         raise AssertionError("unreachable")

@@ -29,7 +29,22 @@ def open_root(root: str | os.PathLike) -> tuple[fsspec.AbstractFileSystem, str]:
     fs, path = fsspec.core.url_to_fs(root)
     if is_local(fs):
         path = os.path.abspath(path)
+        if os.path.exists(path) and not os.path.isdir(path):  # neither a reader nor a writer can use it
+            raise NotADirectoryError(f"root {path} is a file, not a folder")
     return fs, path.rstrip("/") or "/"
+
+
+def require_root(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Raise FileNotFoundError naming the root when it does not exist: reading one is an
+    error (a typo must not look like an empty root), while writing creates it.
+
+    >>> require_root(*open_root("/no/such/root"))
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: no root at /no/such/root: the folder does not exist (a writer creates it)
+    """
+    if not fs.isdir(path):
+        raise FileNotFoundError(f"no root at {url(fs, path)}: the folder does not exist (a writer creates it)")
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
@@ -148,7 +163,7 @@ def check_regular(fs: fsspec.AbstractFileSystem, path: str) -> None:
     Readers call it before opening a file of the root, since opening a FIFO blocks and a
     device never ends; FileNotFoundError passes through. Object stores hold only files.
 
-    >>> check_regular(*open_root("/dev/null"))
+    >>> check_regular(open_root("/")[0], "/dev/null")
     Traceback (most recent call last):
     ...
     theseus.store.fs.NotPlainFile: /dev/null is a character device, not a regular file: not read

@@ -38,6 +38,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
+from theseus.store.node import check_nonce, normalize_name
 from theseus.store.schema import INDEX_METADATA, KEYS_METADATA, SEGMENT_SCHEMA, TYPES, merge_types
 
 LOG = "log"
@@ -191,7 +192,8 @@ def list_runs(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", nonce: 
             found = fs.glob(f"{root}/{LOG}/name={name}/nonce={nonce}/*.parquet")
         except FileNotFoundError:
             return {}
-        return by_run([p for p in found if not os.path.basename(p).startswith(".")])
+        return by_run([p for p in found if not os.path.basename(p).startswith(".")
+                       and partition_ok("name=", p.split("/")[-3]) and partition_ok("nonce=", p.split("/")[-2])])
     listings = listings or Listings(None)
     now = time.time_ns()  # before any folder is stat'ed
     log = f"{root}/{LOG}"
@@ -235,7 +237,22 @@ def _matching(listings: Listings, now: int, folder: str, prefix: str, glob: str,
     return [e for e in entries if fnmatch.fnmatchcase(e[len(prefix):], glob)]
 
 
-_prefixed = {p: (lambda folder, names, p=p: tuple(sorted([e for e in names if e.startswith(p)]))) for p in ("name=", "nonce=")}
+def partition_ok(prefix: str, entry: str) -> bool:
+    """True for a ``name=<full run name>`` or ``nonce=<nonce>`` folder, as writers make them; readers
+    skip any other folder of the log (no run can have its records), and ``theseus audit`` reports it.
+
+    >>> partition_ok("name=", "name=a.b.c"), partition_ok("name=", "name="), partition_ok("nonce=", "nonce=../x")
+    (True, False, False)
+    """
+    value = entry[len(prefix):]
+    try:
+        return normalize_name(value) == value if prefix == "name=" else check_nonce(value) == value
+    except ValueError:
+        return False
+
+
+_prefixed = {p: (lambda folder, names, p=p: tuple(sorted([e for e in names if e.startswith(p) and partition_ok(p, e)])))
+             for p in ("name=", "nonce=")}
 
 # Kernel filesystems whose folder ctime changes on every entry added or removed and cannot be
 # set from user space. FUSE (gcsfuse reports fixed times), NFS (cached attributes) and other

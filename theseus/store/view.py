@@ -246,7 +246,7 @@ def build_view(store: Store) -> str | None:
     path = store.path(VIEW, view_name(stamp, secrets.token_hex(4)))
     rootfs.publish(store.fs, path, sink.getvalue())
     for old in list_views(store):
-        if old < path:
+        if old < path or old in store._bad_views:  # older, or unreadable (whatever its name)
             try:
                 store.fs.rm_file(old)
             except FileNotFoundError:
