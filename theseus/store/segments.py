@@ -38,7 +38,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
-from theseus.store.node import check_nonce, normalize_name
+from theseus.store.node import FULL_NAME_PATTERN, NONCE_PATTERN
 from theseus.store.schema import INDEX_METADATA, KEYS_METADATA, SEGMENT_SCHEMA, TYPES, merge_types
 
 LOG = "log"
@@ -244,14 +244,11 @@ def partition_ok(prefix: str, entry: str) -> bool:
     >>> partition_ok("name=", "name=a.b.c"), partition_ok("name=", "name="), partition_ok("nonce=", "nonce=../x")
     (True, False, False)
     """
-    value = entry[len(prefix):]
-    try:
-        return normalize_name(value) == value if prefix == "name=" else check_nonce(value) == value
-    except ValueError:
-        return False
+    return _PARTITIONS[prefix].fullmatch(entry) is not None
 
 
-_prefixed = {p: (lambda folder, names, p=p: tuple(sorted([e for e in names if e.startswith(p) and partition_ok(p, e)])))
+_PARTITIONS = {"name=": re.compile(f"name={FULL_NAME_PATTERN}"), "nonce=": re.compile(f"nonce={NONCE_PATTERN}")}
+_prefixed = {p: (lambda folder, names, match=_PARTITIONS[p].fullmatch: tuple(sorted([e for e in names if match(e)])))
              for p in ("name=", "nonce=")}
 
 # Kernel filesystems whose folder ctime changes on every entry added or removed and cannot be
