@@ -72,6 +72,31 @@ def test_gc_reports_a_linked_object_folder_and_keeps_it(tmp_path):
     assert not os.path.exists(root / "objects" / crashed.id)
 
 
+def test_compaction_writes_and_deletes_nothing_through_a_link(tmp_path):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    first = make_run(root)
+    os.makedirs(outside)
+    (outside / "v-0000000000000000001-00000000.parquet").write_bytes(b"someone else's file")
+    os.symlink(outside, root / "view")
+    code, out = invoke_cli(["compact", str(root)])
+    assert code == 2 and f"{root}/view is a symbolic link" in out
+    assert os.listdir(outside) == ["v-0000000000000000001-00000000.parquet"]
+
+    root = tmp_path / "second"
+    run = run_dir(root, make_run(root))
+    os.rename(run, outside / "run")
+    os.symlink(outside / "run", run)  # a run folder that lives elsewhere: its segments are not merged away
+    before = sorted(os.listdir(outside / "run"))
+    code, out = invoke_cli(["compact", str(root)])
+    assert code == 2 and f"{run} is a symbolic link" in out
+    assert sorted(os.listdir(outside / "run")) == before
+
+
+def invoke_cli(args: list[str]) -> tuple[int, str]:
+    result = runner.invoke(app, args, env={"COLUMNS": "400"})
+    return result.exit_code, result.output.replace("\n", "")
+
+
 # -- item 8: only regular files are read ---------------------------------------------------
 
 # Runs in a child so that a regression hangs the child, not the test run: every reader of

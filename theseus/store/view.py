@@ -205,6 +205,7 @@ def build_view(store: Store) -> str | None:
     ({'loss': 'float'}, [('general.default.doc', '...')], [0, 1])
     """
     stamp = time.time_ns()
+    rootfs.check_inside(store.fs, store.path(), store.path(VIEW))  # views are written and deleted there: never through a link
     runs = store._runs()
     if not runs:
         return None
