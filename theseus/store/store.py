@@ -168,7 +168,6 @@ class Store:
                 self._listings.seed = RecordedListings(self._root, view.listing, view.runs, view.segments)
         return self._views[path]
 
-
     def _ignore_view(self, path: str, error: Exception) -> None:
         """Stop reading the view ``path`` (it cannot be read): queries fold the log, which holds
         every record the view does, and the next compaction replaces it."""
