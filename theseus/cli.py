@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from theseus import cli_audit, cli_dispatch, cli_replay, cli_store
-from theseus.cli_errors import BAD_INPUT, fail
+from theseus.cli_errors import ROOT_ERRORS, fail, message
 
 app = typer.Typer(
     name="theseus",
@@ -89,8 +89,8 @@ def run(
             q.build(job_key, run_name)
             apply_overrides(q.config, overrides or [])
             job = q.create()
-    except BAD_INPUT as e:
-        fail(str(e), 2)
+    except ROOT_ERRORS as e:
+        fail(message(e), 2)
     try:
         job()
     except KeyboardInterrupt:

@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from theseus.cli_errors import fail
+from theseus.cli_errors import fail, reported
 from theseus.store.audit import AuditReport, CheckpointAudit, RunAudit, audit, flatten, gc
 
 _SHOWN_GAPS = 4
@@ -204,11 +204,11 @@ def gc_command(
     min_age: Annotated[float, typer.Option("--min-age", min=0,
                                            help="Keep folders written less than this many seconds ago")] = 3600.0,
 ) -> None:
-    """Delete object folders that no committed checkpoint record references (left by crashes).
+    """Delete object folders that no committed checkpoint record references, and temporary files (left by crashes).
 
     Never deletes a referenced folder, one not named by a node id, one written in
-    the last ``--min-age`` seconds (a checkpoint may still be saving), or one whose
-    run has no log records.
+    the last ``--min-age`` seconds (a checkpoint may still be saving), one whose
+    run has no log records, or anything through a link (reported, not followed).
     Example: ``theseus gc /tmp/root --dry-run``.
     \f
     >>> import tempfile
@@ -221,13 +221,14 @@ def gc_command(
         report = gc(root, dry_run=dry_run, min_age_s=min_age)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)  # paths are never cut: they can be copied whole
     verb = "would delete" if dry_run else "deleted"
-    for rel in report.deleted:
+    for rel in report.deleted + report.temporaries:
         console.print(f"{verb} {escape(rel)}")
     for rel, reason in report.kept:
         console.print(f"kept {escape(rel)}: {escape(reason)}")
-    console.print(f"{verb} {_count(len(report.deleted), 'folder')} ({_size(report.bytes)})")
+    temporaries = f" and {_count(len(report.temporaries), 'temporary file')}" if report.temporaries else ""
+    console.print(f"{verb} {_count(len(report.deleted), 'folder')}{temporaries} ({_size(report.bytes)})")
 
 
 def register(app: typer.Typer) -> None:
@@ -236,5 +237,5 @@ def register(app: typer.Typer) -> None:
     >>> app = typer.Typer(); register(app); sorted(c.name for c in app.registered_commands)
     ['audit', 'gc']
     """
-    app.command("audit")(audit_command)
-    app.command("gc")(gc_command)
+    app.command("audit")(reported(audit_command))
+    app.command("gc")(reported(gc_command))

@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from theseus.cli_errors import fail, reported
 from theseus.store import EmptyResult, Node, Store
 from theseus.store.fold import WRITTEN
 from theseus.store.view import list_views
@@ -66,9 +67,8 @@ def show(
             node = Node.from_id(ident)
             record = store.record(node)
             title = f"node {node.name} nonce={node.nonce} seq={node.seq}"
-    except (EmptyResult, ValueError) as e:
-        Console(stderr=True).print(f"[red]error:[/red] {e}")
-        raise typer.Exit(1) from e
+    except EmptyResult as e:  # no such run or node: bad input, like the errors reported() turns into a line
+        fail(str(e), 2)
     table = Table(title=title)
     table.add_column("key")
     table.add_column("value", overflow="fold")
@@ -94,6 +94,6 @@ def compact(root: str = typer.Argument(..., help="root folder or gs:// URL")) ->
 
 def register(app: typer.Typer) -> None:
     """Add the store commands to a Typer app."""
-    app.command("ls")(ls)
-    app.command("show")(show)
-    app.command("compact")(compact)
+    app.command("ls")(reported(ls))
+    app.command("show")(reported(show))
+    app.command("compact")(reported(compact))

@@ -45,7 +45,7 @@ from theseus.store import schema, trust
 from theseus.store.node import check_nonce, decode_id, encode_id
 from theseus.store.fold import node_ids
 from theseus.store.reader import empty_frame, latest_records, scan, value_expr
-from theseus.store.segments import list_segments
+from theseus.store.segments import list_segments, partition_ok
 
 __all__ = ["AuditReport", "Change", "CheckpointAudit", "GcReport", "Problem", "Resume", "RunAudit", "audit", "flatten", "gc"]
 
@@ -219,7 +219,8 @@ class AuditReport:
 @dataclasses.dataclass(frozen=True)
 class GcReport:
     """What :func:`gc` deleted (or, with ``dry_run``, would delete) and the bytes freed, and the
-    unreferenced folders it kept, each with the reason (written too recently, or its run has no log).
+    unreferenced folders it kept, each with the reason (written too recently, its run has no log, a link);
+    ``temporaries``: the temporary files of killed writers it deleted (or would delete).
 
     >>> GcReport(("objects/x",), 10, (("objects/y", "written 5 s ago"),), True).deleted
     ('objects/x',)
@@ -229,6 +230,7 @@ class GcReport:
     bytes: int
     kept: tuple[tuple[str, str], ...]
     dry_run: bool
+    temporaries: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------------
@@ -272,6 +274,8 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
     runs = _runs(fs, base, _run_rows(audited), records, checkpoints, checked, known, problems)
     referenced = {_folder_of(path) for path in checkpoints.values()}
     unreferenced = _unreferenced(fs, base, referenced, nonce, problems)
+    if nonce is None:
+        problems += _temporaries(fs, base) + _stray_folders(fs, base)
     if not segments and not runs and not unreferenced and nonce is None:
         problems.append(Problem("empty-root", "log", f"no log segments under {rootfs.url(fs, base)}/log", WARNING))
     return AuditReport(
@@ -296,8 +300,11 @@ def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0
     named by a node id, one written less than ``min_age_s`` seconds ago (a
     checkpoint still being saved has no record yet), one whose run has no log
     records at all (a root copied without its log, not a crash: every run records
-    its job before it saves anything). Refuses (ValueError) when a log segment
-    cannot be read, since its records might reference a folder.
+    its job before it saves anything), or a link (kept with the reason: nothing is
+    deleted through a link, which may point outside the root). Temporary files
+    that killed writers left (``.<name>.<random>.tmp``) are deleted under the same
+    ``min_age_s`` rule. Refuses (ValueError) when a log segment cannot be read,
+    since its records might reference a folder.
 
     >>> import tempfile
     >>> from theseus.store import Node, Store
@@ -322,7 +329,10 @@ def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0
                          "reference are unknown; see `theseus audit` and repair or remove them first")
     referenced = {_folder_of(r["value"]) for r in _reserved(log) if r["key"] == schema.CHECKPOINT}
     deleted, kept, freed = [], [], 0
-    for rel in _unreferenced(fs, base, referenced, None, []):
+    found: list[Problem] = []
+    candidates = _unreferenced(fs, base, referenced, None, found)
+    kept += [(p.path, p.message) for p in found if p.kind == "link"]  # reported, never followed
+    for rel in candidates:
         try:
             name, nonce, _ = decode_id(rel.split("/", 1)[1])
         except ValueError:
@@ -334,10 +344,31 @@ def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0
             kept.append((rel, reason))
             continue
         if not dry_run:
-            _remove(fs, f"{base}/{rel}")
+            try:
+                _remove(fs, base, f"{base}/{rel}")
+            except rootfs.NotPlainFile as e:  # became a link since it was listed
+                kept.append((rel, str(e)))
+                continue
         deleted.append(rel)
         freed += size
-    return GcReport(tuple(deleted), freed, tuple(kept), dry_run)
+    temporaries = []
+    for path, mtime, size in rootfs.temporaries(fs, base):
+        rel, age = _rel(base, path), time.time() - mtime
+        if age < min_age_s:
+            kept.append((rel, f"a temporary file written {age:.0f} s ago (< {min_age_s:g} s): may still be in use"))
+            continue
+        if not dry_run:
+            try:
+                rootfs.check_inside(fs, base, path)
+                os.unlink(path)
+            except FileNotFoundError:
+                continue  # removed meanwhile
+            except rootfs.NotPlainFile as e:
+                kept.append((rel, str(e)))
+                continue
+        temporaries.append(rel)
+        freed += size
+    return GcReport(tuple(deleted), freed, tuple(kept), dry_run, tuple(temporaries))
 
 
 # ---------------------------------------------------------------------------
@@ -346,8 +377,7 @@ def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0
 
 def _open(root: str | os.PathLike) -> tuple[fsspec.AbstractFileSystem, str]:
     fs, base = rootfs.open_root(root)
-    if not fs.isdir(base):
-        raise FileNotFoundError(f"no root at {rootfs.url(fs, base)}: the folder does not exist")
+    rootfs.require_root(fs, base)
     return fs, base
 
 
@@ -390,6 +420,7 @@ def _read_segments(fs, base: str, paths: list[str], problems: list[Problem]) -> 
     and the bad ones become problems naming the file."""
     if not paths:
         return empty_frame().collect()
+    paths = _regular(fs, base, paths, problems)
     try:
         return scan(fs, paths).collect()
     except Exception:
@@ -406,6 +437,22 @@ def _read_segments(fs, base: str, paths: list[str], problems: list[Problem]) -> 
                                     f"(truncated or corrupt Parquet): {_first_line(result)}"))
     columns = empty_frame().collect_schema()
     return pl.concat(good) if good else pl.DataFrame(schema=columns)
+
+
+def _regular(fs, base: str, paths: list[str], problems: list[Problem]) -> list[str]:
+    """The regular files among ``paths``; each other one (a link, FIFO, device) is a problem naming it."""
+    out = []
+    for path in paths:
+        try:
+            rootfs.check_regular(fs, path)
+        except rootfs.NotPlainFile as e:
+            rel = _rel(base, path)
+            problems.append(Problem("unreadable-segment", rel, f"log segment {rel}: {e}"))
+            continue
+        except FileNotFoundError:
+            pass  # retired since the listing: the read reports it
+        out.append(path)
+    return out
 
 
 def _read_one(fs, path: str) -> pl.DataFrame | Exception:
@@ -589,7 +636,7 @@ def _with_changes(fs, base, ckpts, origin, checkpoints, configs) -> list[Checkpo
 
 def _load_config(fs, folder: str) -> dict | None:
     try:
-        return _parse_config(fs.cat_file(f"{folder}/{CONFIG}"))
+        return _parse_config(rootfs.read_regular(fs, f"{folder}/{CONFIG}"))
     except Exception:
         return None
 
@@ -693,7 +740,7 @@ def _open_checkpoint(fs, base: str, path: str) -> tuple[dict | None, dict[str, i
         return None, present, Problem("incomplete-checkpoint", safe, f"checkpoint {safe} has no {MANIFEST}, "
                                       "but a checkpoint record references it (commit order broken)")
     try:
-        body = json.loads(fs.cat_file(f"{folder}/{MANIFEST}"))
+        body = json.loads(rootfs.read_regular(fs, f"{folder}/{MANIFEST}"))
         if body.get("format") != MANIFEST_FORMAT:
             raise ValueError(f"unknown format {body.get('format')!r}")
         listed = {}
@@ -728,7 +775,7 @@ def _digest(fs, path: str, keep: bool) -> tuple[int, str, bytes | None] | Except
     digest, size, kept = hashlib.sha256(), 0, []
     try:
         if rootfs.is_local(fs):
-            f = open(path, "rb")
+            f = rootfs.open_regular(path)  # a FIFO or device listed in a MANIFEST would block or never end
         else:
             f = fs.open(path, "rb", block_size=CHUNK, cache_type="none")
         with f:
@@ -835,6 +882,11 @@ def _unreferenced(fs, base: str, referenced: set[str], nonce: str | None, proble
     """``objects/<name>`` folders no checkpoint record references (of run ``nonce`` only, when given)."""
     folder = f"{base}/{OBJECTS}"
     if rootfs.is_local(fs):
+        try:
+            rootfs.check_inside(fs, base, folder)
+        except rootfs.NotPlainFile as e:
+            problems.append(Problem("link", OBJECTS, f"{e}; gc deletes nothing through it", WARNING))
+            return []
         names = sorted(n for n in _listdir(folder) if os.path.isdir(os.path.join(folder, n)))
     else:
         try:
@@ -845,6 +897,11 @@ def _unreferenced(fs, base: str, referenced: set[str], nonce: str | None, proble
     for name in names:
         rel = f"{OBJECTS}/{name}"
         if rel in referenced or name.startswith("."):
+            continue
+        try:
+            rootfs.check_inside(fs, base, f"{folder}/{name}")
+        except rootfs.NotPlainFile as e:
+            problems.append(Problem("link", rel, f"{e}; gc leaves it", WARNING))
             continue
         try:
             _, owner, _ = decode_id(name)
@@ -862,6 +919,36 @@ def _unreferenced(fs, base: str, referenced: set[str], nonce: str | None, proble
     return out
 
 
+def _temporaries(fs, base: str) -> list[Problem]:
+    """A warning per temporary file of :func:`theseus.store.fs.publish` under the root: no reader lists
+    one, so it costs only space; left by a killed writer, or being written right now."""
+    out = []
+    for path, mtime, size in rootfs.temporaries(fs, base):
+        rel, age = _rel(base, path), max(0.0, time.time() - mtime)
+        out.append(Problem("temporary-file", rel, f"{rel} ({size} bytes, written {age:.0f} s ago) is a temporary file "
+                           "left by a killed writer, or one being written now; no reader lists it; "
+                           "`theseus gc` deletes it once older than --min-age", WARNING))
+    return out
+
+
+def _stray_folders(fs, base: str) -> list[Problem]:
+    """A warning per folder of ``log/`` that is not ``name=<run name>/nonce=<nonce>``: readers skip it."""
+    if not rootfs.is_local(fs):
+        return []  # object stores have no empty folders, and a stray object's partition is not listed
+    out, log = [], f"{base}/log"
+    for name in sorted(_listdir(log)):
+        rel = f"log/{name}"
+        if not partition_ok("name=", name):
+            out.append(Problem("stray-folder", rel, f"{rel} is not a run name's folder (log/name=<project.group.run>): "
+                               "readers skip it", WARNING))
+            continue
+        for nonce in sorted(_listdir(f"{log}/{name}")):
+            if not partition_ok("nonce=", nonce):
+                out.append(Problem("stray-folder", f"{rel}/{nonce}", f"{rel}/{nonce} is not a run's folder "
+                                   "(nonce=<6 hex characters>): readers skip it", WARNING))
+    return out
+
+
 def _listdir(path: str) -> list[str]:
     try:
         return os.listdir(path)
@@ -875,7 +962,7 @@ def _newest_and_size(fs, folder: str) -> tuple[float, int]:
         newest, size = os.stat(folder).st_mtime, 0
         for top, _, names in os.walk(folder):
             for name in names:
-                st = os.stat(os.path.join(top, name))
+                st = os.lstat(os.path.join(top, name))  # a link's own time: its target may be outside the root
                 newest, size = max(newest, st.st_mtime), size + st.st_size
         return newest, size
     found = fs.find(folder, detail=True)
@@ -905,7 +992,8 @@ def _keep(fs, base: str, name: str, nonce: str, rel: str) -> str | None:
     return None
 
 
-def _remove(fs, folder: str) -> None:
+def _remove(fs, base: str, folder: str) -> None:
+    rootfs.check_inside(fs, base, folder)  # never delete through a link: it may point outside the root
     if rootfs.is_local(fs):
         import shutil
 

@@ -34,6 +34,8 @@ def compact_run(store: Store, paths: list[str]) -> str | None:
     tables = []
     for path in paths:
         try:
+            rootfs.check_inside(store.fs, store.path(), path)  # it is deleted below: never through a link
+            rootfs.check_regular(store.fs, path)  # a FIFO or device would block the read or never end
             with store.fs.open(path, "rb") as f:
                 table = pq.read_table(f)
         except FileNotFoundError:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import polars as pl
+import pyarrow as pa
 
 from theseus.store import schema
 from theseus.store.node import Node, check_nonce, decode_id, normalize_name
@@ -142,7 +143,9 @@ class Cursor:
     def sort(self, key: str, ascending: bool = True) -> Cursor:
         """Order by ``key`` (nulls last); the default order is name, nonce, seq."""
         schema.check_user_key(key)
-        return replace(self, sorts=self.sorts + ((key, bool(ascending)),))
+        if not isinstance(ascending, bool):
+            raise ValueError(f"sort({key!r}, ascending=...) takes a bool, got {ascending!r}")
+        return replace(self, sorts=self.sorts + ((key, ascending),))
 
     def latest(self) -> Cursor:
         """Only the most recently written matching node."""
@@ -265,10 +268,20 @@ class Cursor:
         after the node identity columns with ``identity``, and only rows holding one of them
         (as ``{column: values}`` when :meth:`_plan` answers from the folds alone).
         """
+        self.store._require_root()
+
         def run() -> pl.DataFrame | dict[str, list]:
             scope = Scope(self.store, self.name_glob, self.nonce_glob)
-            plan = self._plan(scope, select_keys, all_user_keys, parent, select, identity)
-            return plan.collect() if isinstance(plan, pl.LazyFrame) else plan
+            try:
+                plan = self._plan(scope, select_keys, all_user_keys, parent, select, identity)
+                return plan.collect() if isinstance(plan, pl.LazyFrame) else plan
+            except CorruptSegment:
+                raise
+            except (pl.exceptions.PolarsError, OSError, pa.ArrowException) as e:
+                if scope.view is None or isinstance(e, FileNotFoundError) or _missing_file(e):
+                    raise
+                self.store._ignore_view(scope.view.path, e)  # log reads raise CorruptSegment: the view is bad
+                return run()  # answered from the log now that the view is ignored
 
         return retry_vanished(run)
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+import stat
 import uuid
 from typing import TYPE_CHECKING
 
@@ -26,7 +29,22 @@ def open_root(root: str | os.PathLike) -> tuple[fsspec.AbstractFileSystem, str]:
     fs, path = fsspec.core.url_to_fs(root)
     if is_local(fs):
         path = os.path.abspath(path)
+        if os.path.exists(path) and not os.path.isdir(path):  # neither a reader nor a writer can use it
+            raise NotADirectoryError(f"root {path} is a file, not a folder")
     return fs, path.rstrip("/") or "/"
+
+
+def require_root(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Raise FileNotFoundError naming the root when it does not exist: reading one is an
+    error (a typo must not look like an empty root), while writing creates it.
+
+    >>> require_root(*open_root("/no/such/root"))
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: no root at /no/such/root: the folder does not exist (a writer creates it)
+    """
+    if not fs.isdir(path):
+        raise FileNotFoundError(f"no root at {url(fs, path)}: the folder does not exist (a writer creates it)")
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
@@ -110,3 +128,141 @@ def _fsync_folder(folder: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# ---------------------------------------------------------------------------
+# the "inside the root only" rule: what theseus reads, writes and deletes locally
+# is a regular file or folder reached from the root without a link (a link may point
+# anywhere, a FIFO blocks a read forever, a device never ends)
+
+TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp$")  # publish()'s temporary names
+
+
+class NotPlainFile(OSError):
+    """A path theseus refuses to read or delete: a link, FIFO, device or socket, or one
+    reached through a link; the message names it and says what it is."""
+
+
+def kind_of(mode: int) -> str:
+    """What an ``lstat`` mode is, in words.
+
+    >>> kind_of(os.lstat("/").st_mode), kind_of(os.lstat("/dev/null").st_mode)
+    ('a folder', 'a character device')
+    """
+    for test, kind in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"),
+                       (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def check_regular(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Raise :class:`NotPlainFile` unless ``path`` is a regular file itself (not a link to one).
+
+    Readers call it before opening a file of the root, since opening a FIFO blocks and a
+    device never ends; FileNotFoundError passes through. Object stores hold only files.
+
+    >>> check_regular(open_root("/")[0], "/dev/null")
+    Traceback (most recent call last):
+    ...
+    theseus.store.fs.NotPlainFile: /dev/null is a character device, not a regular file: not read
+    """
+    if is_local(fs):
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotPlainFile(f"{path} is {kind_of(mode)}, not a regular file: not read")
+
+
+def open_regular(path: str):
+    """Open a local regular file for binary reading, refusing anything else without blocking.
+
+    The checks are made on the open file itself (no race with a swap): a link is not
+    followed, and a FIFO is opened without waiting for a writer, then refused.
+
+    >>> import tempfile
+    >>> with open_regular(tempfile.mkstemp()[1]) as f:
+    ...     f.read()
+    b''
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # the last part is a link
+            raise NotPlainFile(f"{path} is a symbolic link: not followed") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotPlainFile(f"{path} is {kind_of(mode)}, not a regular file: not read")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_regular(fs: fsspec.AbstractFileSystem, path: str) -> bytes:
+    """The bytes of a file of the root; locally only a regular file (see :func:`open_regular`).
+
+    >>> fs, p = open_root("/tmp/theseus-doc")
+    >>> publish(fs, p + "/hello.txt", b"hi")
+    >>> read_regular(fs, p + "/hello.txt")
+    b'hi'
+    """
+    if not is_local(fs):
+        return fs.cat_file(path)
+    with open_regular(path) as f:
+        return f.read()
+
+
+def check_inside(fs: fsspec.AbstractFileSystem, root: str, path: str) -> None:
+    """Raise :class:`NotPlainFile` unless ``path`` lies under ``root`` with no link on the
+    way: neither it nor a folder between it and the root is a link. Every delete checks
+    this first, since deleting through a link deletes outside the root.
+
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> os.symlink("/tmp", root + "/objects")
+    >>> check_inside(*open_root(root), root + "/objects/x")
+    Traceback (most recent call last):
+    ...
+    theseus.store.fs.NotPlainFile: .../objects is a symbolic link (to /tmp): not followed
+    """
+    parts = path[len(root):].split("/") if path.startswith(root + "/") else None
+    if not parts or any(p in ("", ".", "..") for p in parts[1:]):
+        raise NotPlainFile(f"{path} is not a path inside the root {root}: not followed")
+    if not is_local(fs):
+        return
+    current = root
+    for part in parts[1:]:
+        current = f"{current}/{part}"
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return  # nothing there to follow
+        if stat.S_ISLNK(mode):
+            raise NotPlainFile(f"{current} is a symbolic link (to {os.readlink(current)}): not followed")
+
+
+def temporaries(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[str, float, int]]:
+    """``(path, mtime, size)`` of every temporary file :func:`publish` left under ``root``
+    (a writer killed between writing and renaming one), links never followed.
+
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> open(root + "/.s-1.parquet.0123abcd.tmp", "w").close()
+    >>> [os.path.basename(p) for p, _, _ in temporaries(*open_root(root))]
+    ['.s-1.parquet.0123abcd.tmp']
+    """
+    if not is_local(fs):
+        return []  # an upload is visible only when complete: object stores hold no temporaries
+    found = []
+    for top, _, names in os.walk(root):  # does not descend into linked folders
+        for name in names:
+            if TEMPORARY.match(name):
+                full = f"{top}/{name}"
+                try:
+                    st = os.lstat(full)
+                except FileNotFoundError:
+                    continue  # renamed or removed meanwhile
+                if stat.S_ISREG(st.st_mode):
+                    found.append((full, st.st_mtime, st.st_size))
+    return sorted(found)

@@ -11,9 +11,13 @@ from operator import attrgetter
 import numpy as np
 import pyarrow as pa
 
-_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
+_PART_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_\-]*"
+_PART = re.compile(rf"^{_PART_PATTERN}$")
 _NONCE = re.compile(r"^[0-9a-f]{6}$")
+# a full ``project.group.run`` name and a nonce, for one fullmatch each (listings check every folder)
+FULL_NAME_PATTERN, NONCE_PATTERN = rf"{_PART_PATTERN}(?:\.{_PART_PATTERN}){{2}}", r"[0-9a-f]{6}"
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
+MAX_SEQ = 2**63 - 1  # seqs are stored as int64
 
 
 def normalize_name(name: str) -> str:
@@ -80,6 +84,8 @@ def decode_id(node_id: str) -> tuple[str, str, int]:
         raise ValueError(f"malformed node id {node_id!r}: expected URL-safe base64 of 'name:nonce:seq'") from e
     if seq_int < 0 or str(seq_int) != seq:
         raise ValueError(f"malformed node id {node_id!r}: seq {seq!r} is not a non-negative integer")
+    if seq_int > MAX_SEQ:
+        raise ValueError(f"malformed node id {node_id!r}: seq {seq} does not fit int64 (at most {MAX_SEQ})")
     try:
         normalize_name(name)
         check_nonce(nonce)
@@ -120,6 +126,8 @@ class Node:
         check_nonce(nonce)
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
             raise ValueError(f"seq must be a non-negative int, got {seq!r}")
+        if seq > MAX_SEQ:
+            raise ValueError(f"seq must fit int64 (at most {MAX_SEQ}), got {seq}")
         if parent is not None:
             decode_id(parent)
         self._name, self._nonce, self._seq, self._parent, self._id = name, nonce, int(seq), parent, None

@@ -38,6 +38,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
+from theseus.store.node import FULL_NAME_PATTERN, NONCE_PATTERN
 from theseus.store.schema import INDEX_METADATA, KEYS_METADATA, SEGMENT_SCHEMA, TYPES, merge_types
 
 LOG = "log"
@@ -191,7 +192,8 @@ def list_runs(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", nonce: 
             found = fs.glob(f"{root}/{LOG}/name={name}/nonce={nonce}/*.parquet")
         except FileNotFoundError:
             return {}
-        return by_run([p for p in found if not os.path.basename(p).startswith(".")])
+        return by_run([p for p in found if not os.path.basename(p).startswith(".")
+                       and partition_ok("name=", p.split("/")[-3]) and partition_ok("nonce=", p.split("/")[-2])])
     listings = listings or Listings(None)
     now = time.time_ns()  # before any folder is stat'ed
     log = f"{root}/{LOG}"
@@ -235,7 +237,19 @@ def _matching(listings: Listings, now: int, folder: str, prefix: str, glob: str,
     return [e for e in entries if fnmatch.fnmatchcase(e[len(prefix):], glob)]
 
 
-_prefixed = {p: (lambda folder, names, p=p: tuple(sorted([e for e in names if e.startswith(p)]))) for p in ("name=", "nonce=")}
+def partition_ok(prefix: str, entry: str) -> bool:
+    """True for a ``name=<full run name>`` or ``nonce=<nonce>`` folder, as writers make them; readers
+    skip any other folder of the log (no run can have its records), and ``theseus audit`` reports it.
+
+    >>> partition_ok("name=", "name=a.b.c"), partition_ok("name=", "name="), partition_ok("nonce=", "nonce=../x")
+    (True, False, False)
+    """
+    return _PARTITIONS[prefix].fullmatch(entry) is not None
+
+
+_PARTITIONS = {"name=": re.compile(f"name={FULL_NAME_PATTERN}"), "nonce=": re.compile(f"nonce={NONCE_PATTERN}")}
+_prefixed = {p: (lambda folder, names, match=_PARTITIONS[p].fullmatch: tuple(sorted([e for e in names if match(e)])))
+             for p in ("name=", "nonce=")}
 
 # Kernel filesystems whose folder ctime changes on every entry added or removed and cannot be
 # set from user space. FUSE (gcsfuse reports fixed times), NFS (cached attributes) and other
@@ -481,6 +495,7 @@ class CorruptSegment(ValueError):
 def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> Footer:
     """The footer of one segment (reads the footer only); a bad file is a CorruptSegment naming it."""
     try:
+        rootfs.check_regular(fs, path)  # a FIFO or device named like a segment would block or never end
         if rootfs.is_local(fs):
             with _LOCAL_FILES.open_input_file(path) as f:
                 meta = pq.read_metadata(f)
@@ -489,6 +504,8 @@ def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> Footer:
                 meta = pq.read_metadata(f)
     except FileNotFoundError:
         raise
+    except rootfs.NotPlainFile as e:
+        raise CorruptSegment(f"not a segment: {e}") from e
     except Exception as e:
         raise CorruptSegment(f"corrupt or truncated segment {rootfs.url(fs, path)}: {e}") from e
     kv = meta.metadata or {}

@@ -6,16 +6,17 @@ import os
 from typing import Any
 
 import polars as pl
+from loguru import logger
 
 from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.compact import compact
 from theseus.store.cursor import Cursor, EmptyResult, retry_vanished
 from theseus.store.fold import WRITTEN
-from theseus.store.node import Node, decode_id
+from theseus.store.node import Node, check_nonce, decode_id
 from theseus.store.reader import latest_value, scan
 from theseus.store.scope import Scope
-from theseus.store.segments import FooterCache, Listings, RecordedListings, list_runs, list_segments, recorded_runs
+from theseus.store.segments import CorruptSegment, FooterCache, Listings, RecordedListings, list_runs, list_segments, recorded_runs
 from theseus.store.view import View, build_view, list_views, read_view
 from theseus.store.writer import Writer
 
@@ -36,7 +37,9 @@ class Store:
         self.fs, self._root = rootfs.open_root(root)
         self._footers = FooterCache(self.fs)
         self._views: dict[str, View] = {}  # parsed view footers by path (views are immutable)
+        self._bad_views: set[str] = set()  # views that cannot be read: ignored, and replaced by the next compaction
         self._listings = Listings(self._root if rootfs.is_local(self.fs) else None)  # folder listings its ctime proves
+        self._exists = False  # the root was seen to exist (reads of a missing root raise; writes create it)
 
     @property
     def root(self) -> str:
@@ -75,6 +78,7 @@ class Store:
         """The folded node, reserved fields (``_job``, ``_config``, ``_status``...) included."""
         node_id = node.id if isinstance(node, Node) else node
         name, nonce, seq = decode_id(node_id)
+        self._require_root()
         scope = Scope(self, name, nonce)
         rows = scope.nodes(scope.types(), parent=True)[0].filter(pl.col("seq") == seq).collect()
         if rows.height == 0:
@@ -84,6 +88,8 @@ class Store:
 
     def run_record(self, nonce: str) -> dict[str, Any]:
         """The fold of a whole lineage's reserved fields (job, config, status, error, finished)."""
+        check_nonce(nonce)
+        self._require_root()
         paths = self._segments("*", nonce)
         if not paths:
             raise EmptyResult(f"no run with nonce {nonce!r} in {self.root}")
@@ -96,6 +102,7 @@ class Store:
 
     def runs(self) -> pl.DataFrame:
         """One row per run: name, nonce, nodes, last write, status, finished, latest metrics."""
+        self._require_root()
         paths = self._segments()
         types = self._footers.keys(paths)
         log = scan(self.fs, paths)
@@ -115,6 +122,7 @@ class Store:
         rebuilt from the whole log unless the newest one already covers it exactly (and,
         where folder ctimes prove listings, records them: views from before did not).
         """
+        self._require_root()
         merged = compact(self, name, nonce)
         view = self._view()
         runs = self._runs()
@@ -122,6 +130,12 @@ class Store:
                 or (view.listing is None and self._listings.enabled)):
             build_view(self)
         return merged
+
+    def _require_root(self) -> None:
+        """Raise FileNotFoundError naming the root when it does not exist (checked until it does)."""
+        if not self._exists:
+            rootfs.require_root(self.fs, self._root)
+            self._exists = True
 
     def _segments(self, name: str = "*", nonce: str = "*") -> list[str]:
         return list_segments(self.fs, self._root, name, nonce, self._listings)
@@ -141,12 +155,29 @@ class Store:
         if not views:
             return None
         path = views[-1]
+        if path in self._bad_views:
+            return None
         if path not in self._views:
-            view = read_view(self, path)
+            try:
+                view = read_view(self, path)
+            except CorruptSegment as e:
+                self._ignore_view(path, e)
+                return None
             self._views = {path: view}  # older views are retired: forget them
             if view.listing is not None:  # the folders it saw, for listings their ctime proves unchanged
                 self._listings.seed = RecordedListings(self._root, view.listing, view.runs, view.segments)
         return self._views[path]
+
+    def _ignore_view(self, path: str, error: Exception) -> None:
+        """Stop reading the view ``path`` (it cannot be read): queries fold the log, which holds
+        every record the view does, and the next compaction replaces it."""
+        if path not in self._bad_views:
+            self._bad_views.add(path)
+            self._views.pop(path, None)
+            text = str(error).splitlines()[0] if str(error) else type(error).__name__
+            where = "" if path in text else f"{self.url(path[len(self._root) + 1:])}: "  # a CorruptSegment names it
+            logger.warning(f"ignoring an unreadable view: {where}{text}; queries read the log instead, "
+                           "and `theseus compact` replaces the view")
 
 
 def _doc_store() -> tuple[Store, Node]:

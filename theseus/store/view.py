@@ -117,6 +117,7 @@ def list_views(store: Store) -> list[str]:
 def read_view(store: Store, path: str) -> View:
     """Parse a view's footer; a broken view is an error naming it (it can be deleted and rebuilt)."""
     try:
+        rootfs.check_regular(store.fs, path)  # a FIFO or device named like a view would block or never end
         if rootfs.is_local(store.fs):
             file = pq.ParquetFile(path)  # kept open: queries read row groups through it
             meta = file.metadata
@@ -204,6 +205,7 @@ def build_view(store: Store) -> str | None:
     ({'loss': 'float'}, [('general.default.doc', '...')], [0, 1])
     """
     stamp = time.time_ns()
+    rootfs.check_inside(store.fs, store.path(), store.path(VIEW))  # views are written and deleted there: never through a link
     runs = store._runs()
     if not runs:
         return None
@@ -245,7 +247,7 @@ def build_view(store: Store) -> str | None:
     path = store.path(VIEW, view_name(stamp, secrets.token_hex(4)))
     rootfs.publish(store.fs, path, sink.getvalue())
     for old in list_views(store):
-        if old < path:
+        if old < path or old in store._bad_views:  # older, or unreadable (whatever its name)
             try:
                 store.fs.rm_file(old)
             except FileNotFoundError:
