@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +13,7 @@ from theseus.store import schema
 from theseus.store.node import Node, check_nonce, decode_id, normalize_name
 from theseus.store.fold import WRITTEN, node_ids
 from theseus.store.scope import Scope
-from theseus.store.segments import CorruptSegment
+from theseus.store.segments import retry_vanished
 
 if TYPE_CHECKING:
     import pandas
@@ -23,7 +22,6 @@ if TYPE_CHECKING:
 
 OPS = ("==", "!=", "<", "<=", ">", ">=", "in")
 IDENTITY = ("node", "name", "nonce", "seq", "parent")
-_RETRIES = 30  # re-list and retry when a compaction retires a segment mid-read
 
 
 class UnknownKey(ValueError):
@@ -258,18 +256,12 @@ class Cursor:
         after the node identity columns with ``identity``, and only rows holding one of them
         (as ``{column: values}`` when :meth:`_plan` answers from the folds alone).
         """
-        for attempt in range(_RETRIES):
-            try:
-                scope = Scope(self.store, self.name_glob, self.nonce_glob)
-                plan = self._plan(scope, select_keys, all_user_keys, parent, select, identity)
-                return plan.collect() if isinstance(plan, pl.LazyFrame) else plan
-            except CorruptSegment:
-                raise
-            except (FileNotFoundError, pl.exceptions.PolarsError, OSError) as e:
-                if not (isinstance(e, FileNotFoundError) or _missing_file(e)) or attempt == _RETRIES - 1:
-                    raise
-                time.sleep(0.002 * attempt)
-        raise AssertionError("unreachable")
+        def run():
+            scope = Scope(self.store, self.name_glob, self.nonce_glob)
+            plan = self._plan(scope, select_keys, all_user_keys, parent, select, identity)
+            return plan.collect() if isinstance(plan, pl.LazyFrame) else plan
+
+        return retry_vanished(run)
 
     def _plan(self, scope: Scope, select_keys: list[str] | None, all_user_keys: bool, parent: bool,
               select: bool = False, identity: bool = False) -> pl.LazyFrame | dict[str, list]:
@@ -384,11 +376,6 @@ def _unknown_key(key: str, types: dict[str, str]) -> None:
     hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
     shown = ", ".join(user[:20]) + (" ..." if len(user) > 20 else "")
     raise UnknownKey(f"no run in this query has logged key {key!r}{hint} (known keys: {shown or 'none'})")
-
-
-def _missing_file(error: Exception) -> bool:
-    text = str(error).lower()
-    return "no such file" in text or "not found" in text
 
 
 def _glob_match(pattern: str, name: str) -> bool:

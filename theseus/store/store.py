@@ -15,7 +15,8 @@ from theseus.store.fold import WRITTEN
 from theseus.store.node import Node, decode_id
 from theseus.store.reader import latest_value, scan
 from theseus.store.scope import Scope
-from theseus.store.segments import FooterCache, Listings, RecordedListings, list_runs, list_segments, recorded_runs
+from theseus.store.segments import (FooterCache, Listings, RecordedListings, list_runs, list_segments, recorded_runs,
+                                    retry_vanished)
 from theseus.store.view import View, build_view, list_views, read_view
 from theseus.store.writer import Writer
 
@@ -69,14 +70,18 @@ class Store:
 
     def keys(self) -> dict[str, str]:
         """Every key logged in the root with its read type (reads footers only)."""
-        return Scope(self).types()
+        return retry_vanished(lambda: Scope(self).types())
 
     def record(self, node: Node | str) -> dict[str, Any]:
         """The folded node, reserved fields (``_job``, ``_config``, ``_status``...) included."""
         node_id = node.id if isinstance(node, Node) else node
         name, nonce, seq = decode_id(node_id)
-        scope = Scope(self, name, nonce)
-        rows = scope.nodes(scope.types(), parent=True)[0].filter(pl.col("seq") == seq).collect()
+
+        def read() -> pl.DataFrame:
+            scope = Scope(self, name, nonce)
+            return scope.nodes(scope.types(), parent=True)[0].filter(pl.col("seq") == seq).collect()
+
+        rows = retry_vanished(read)
         if rows.height == 0:
             raise EmptyResult(f"no records for node {node_id}")
         row = rows.row(0, named=True)
@@ -84,6 +89,9 @@ class Store:
 
     def run_record(self, nonce: str) -> dict[str, Any]:
         """The fold of a whole lineage's reserved fields (job, config, status, error, finished)."""
+        return retry_vanished(lambda: self._read_run_record(nonce))
+
+    def _read_run_record(self, nonce: str) -> dict[str, Any]:
         paths = self._segments("*", nonce)
         if not paths:
             raise EmptyResult(f"no run with nonce {nonce!r} in {self.root}")
@@ -95,7 +103,13 @@ class Store:
         return row.row(0, named=True) if row.height else {"nonce": nonce}
 
     def runs(self) -> pl.DataFrame:
-        """One row per run: name, nonce, nodes, last write, status, finished, latest metrics."""
+        """One row per run: name, nonce, nodes, last write, status, finished, latest metrics.
+
+        Listed and read again when a concurrent compaction retires a segment mid-read.
+        """
+        return retry_vanished(self._read_runs)
+
+    def _read_runs(self) -> pl.DataFrame:
         paths = self._segments()
         types = self._footers.keys(paths)
         log = scan(self.fs, paths)
@@ -116,12 +130,15 @@ class Store:
         where folder ctimes prove listings, records them: views from before did not).
         """
         merged = compact(self, name, nonce)
+        retry_vanished(self._refresh_view)  # a concurrent compaction may retire segments it folds
+        return merged
+
+    def _refresh_view(self) -> None:
         view = self._view()
         runs = self._runs()
         if (view is None or len(view.runs) != len(runs) or not all(view.covers(run, paths) for run, paths in runs.items())
                 or (view.listing is None and self._listings.enabled)):
             build_view(self)
-        return merged
 
     def _segments(self, name: str = "*", nonce: str = "*") -> list[str]:
         return list_segments(self.fs, self._root, name, nonce, self._listings)
