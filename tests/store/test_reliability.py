@@ -137,6 +137,59 @@ def test_reader_during_compaction_sees_the_same_answer(tmp_path):
     assert len(store._segments()) == 1
 
 
+def log_rows(root) -> int:
+    """Rows in every published segment of the log, read with pyarrow alone (no theseus)."""
+    import pyarrow.parquet as pq
+
+    paths = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(root, "log")) for f in fs
+             if f.endswith(".parquet") and not f.startswith(".")]
+    return sum(pq.read_metadata(p).num_rows for p in paths)
+
+
+def test_concurrent_compactions_never_multiply_records(tmp_path):
+    """Three compaction loops race one writer; every record stays once in answers, and the log
+    holds no more rows than were written (two compactions of the same records publish them once)."""
+    writer_node = Node.start("proj.compact.many")
+    written, errors, stop = [], [], threading.Event()
+
+    def write():
+        node = writer_node
+        with Store(tmp_path).writer(flush_interval=60) as w:
+            for seq in range(400):
+                w.write(node, {"loss": float(seq)})
+                w.flush()  # a segment per record: something to compact all the time
+                written.append(seq)
+                node = node.next()
+                if stop.is_set():
+                    return
+
+    def compact_loop():
+        store = Store(tmp_path)
+        while not stop.is_set():
+            try:
+                store.compact()
+            except Exception as e:  # noqa: BLE001 - any failure is the test's failure
+                errors.append(e)
+
+    threads = [threading.Thread(target=compact_loop) for _ in range(3)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + 4
+    writer = threading.Thread(target=write)
+    writer.start()
+    while writer.is_alive() and time.time() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    for t in [writer, *threads]:
+        t.join()
+    store = Store(tmp_path)
+    store.compact()
+    rows = store.find().nonce(writer_node.nonce).select(keys=["loss"])
+    assert rows == [{"loss": float(s)} for s in written]
+    assert log_rows(tmp_path) <= len(written)
+    assert not errors, errors[:3]
+
+
 @contextlib.contextmanager
 def compacting(root, nodes):
     """While inside: a thread that keeps adding small segments to the runs of ``nodes`` and compacting them."""
