@@ -254,3 +254,95 @@ def test_readers_during_compaction_see_the_whole_log(tmp_path, reader):
             reader(tmp_path, nodes)
             calls += 1
     assert calls > 1
+
+
+TIMED_WRITER = r"""
+import sys, time
+from theseus.store import Store, Node
+root, name, nonce, keys, seconds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(","), float(sys.argv[5])
+node, steps, deadline = Node(name, nonce, 0), 0, time.time() + seconds
+with Store(root).writer(flush_interval=0.2) as w:
+    while time.time() < deadline:
+        w.write(node, {k: float(steps * 10 + i) for i, k in enumerate(keys)})
+        node, steps = node.next(), steps + 1
+        time.sleep(0.01)
+print(steps)
+"""
+
+# Each loops until the file STOP exists, checks what it reads, and prints how many times it read.
+LOOPER = r"""
+import os, random, sys
+from typer.testing import CliRunner
+from theseus.cli import app
+from theseus.store import Store
+root, kind, stop, nonces = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(",")
+rounds, store, runner = 0, Store(root), CliRunner()
+
+
+def cli(*args):
+    result = runner.invoke(app, [args[0], root, *args[1:]], env={"COLUMNS": "300"})
+    assert result.exit_code == 0 and "unreadable-segment" not in result.output, result.output
+    return result.output
+
+
+while not os.path.exists(stop) or rounds == 0:
+    if kind == "compact":
+        store.compact()
+    elif kind == "cursor":  # a run's visible records are a prefix of what its writer wrote
+        rows = store.find().nonce(random.choice(nonces)).select(keys=["a", "b"])
+        assert rows == [{"a": 10.0 * s, "b": 10.0 * s + 1} for s in range(len(rows))], rows[:5]
+    elif kind == "runs":
+        runs = store.runs()
+        assert (runs["nodes"] == runs["last seq"] + 1).all(), runs
+    elif kind == "ls":
+        cli("ls")
+    elif kind == "audit":
+        cli("audit", "--no-checksums")
+    rounds += 1
+print(rounds)
+"""
+
+
+@pytest.mark.slow
+def test_writers_compactors_and_readers_at_once(tmp_path):
+    """16 writer processes, 2 more writing other keys of one run's nodes, 2 compactors and a reader
+    of every kind (cursor, runs(), `theseus ls`, `theseus audit`) for 20 s: nobody fails, every
+    record is answered exactly once, and the log holds no more rows than were written."""
+    seconds, stop = 20, tmp_path / "STOP"
+    root = tmp_path / "root"
+    runs = [Node.start(f"proj.grown.run{i}") for i in range(16)]
+    shared = Node.start("proj.grown.shared")
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def start(name, *args):
+        with open(out / f"{name}.out", "w") as o, open(out / f"{name}.err", "w") as e:
+            return name, subprocess.Popen([sys.executable, "-c", *map(str, args)], stdout=o, stderr=e)
+
+    nonces = ",".join(n.nonce for n in runs)
+    others = [start(f"compact{i}", LOOPER, root, "compact", stop, nonces) for i in range(2)]
+    others += [start(kind, LOOPER, root, kind, stop, nonces) for kind in ("cursor", "runs", "ls", "audit")]
+    writers = [start(f"writer{i}", TIMED_WRITER, root, n.name, n.nonce, "a,b", seconds) for i, n in enumerate(runs)]
+    writers += [start(f"shared-{k}", TIMED_WRITER, root, shared.name, shared.nonce, k, seconds) for k in "xy"]
+    for name, proc in writers:
+        assert proc.wait(timeout=seconds + 300) == 0, (out / f"{name}.err").read_text()
+    stop.touch()
+    for name, proc in others:
+        assert proc.wait(timeout=300) == 0, (out / f"{name}.err").read_text()
+    for name, _ in writers + others:
+        assert "Traceback" not in (out / f"{name}.err").read_text(), name
+    steps = {name: int((out / f"{name}.out").read_text()) for name, _ in writers}
+    rounds = {name: int((out / f"{name}.out").read_text()) for name, _ in others}
+    assert all(rounds.values()), rounds
+
+    store = Store(root)
+    store.compact()
+    for i, n in enumerate(runs):
+        rows = store.find().nonce(n.nonce).select(keys=["a", "b"])
+        assert rows == [{"a": 10.0 * s, "b": 10.0 * s + 1} for s in range(steps[f"writer{i}"])], n
+    shared_rows = store.find().nonce(shared.nonce).select(keys=["x", "y"])
+    longest = max(steps["shared-x"], steps["shared-y"])
+    assert shared_rows == [{k: 10.0 * s if s < steps[f"shared-{k}"] else None for k in "xy"} for s in range(longest)]
+    written = 2 * sum(steps[f"writer{i}"] for i in range(16)) + steps["shared-x"] + steps["shared-y"]
+    assert log_rows(root) == written  # each record once: none lost, none multiplied
+    print(f"{written} records written; rounds {rounds}")
