@@ -52,7 +52,7 @@ def compact_run(store: Store, paths: list[str]) -> str | None:
         read.append(path)
     if len(tables) < 2:
         return None
-    merged = sort_records(unique_records(pa.concat_tables(tables)))
+    merged = unique_records(sort_records(pa.concat_tables(tables)))
     keys, index = index_of(merged)
     name, nonce = partition_of(paths[0])
     stamp = max(pc.max(t["stamp"]).as_py() or 0 for t in tables)
@@ -73,16 +73,28 @@ def compact_run(store: Store, paths: list[str]) -> str | None:
 
 
 def unique_records(table: pa.Table) -> pa.Table:
-    """The rows of a segment table with each identical record kept once (NaN equals NaN).
+    """A table in :func:`sort_records` order with each identical record kept once (NaN equals NaN).
 
     A record is its node, key, write stamp, writer and value; a writer never stamps two
     records alike, so identical rows are copies that concurrent compactions both merged.
+    Only a table where two neighbours share key, seq, stamp and writer can hold copies:
+    any other is returned as is, without grouping every row.
 
-    >>> t = pa.table({"node": ["a", "a", "a"], "stamp": [1, 1, 2], "float": [float("nan"), float("nan"), None]})
-    >>> unique_records(t).to_pydict()
-    {'node': ['a', 'a'], 'stamp': [1, 2], 'float': [nan, None]}
+    >>> t = pa.table({"key": ["a", "a", "a"], "seq": [0, 0, 1], "stamp": [1, 1, 2], "writer": ["w", "w", "w"],
+    ...               "float": [float("nan"), float("nan"), None]})
+    >>> unique_records(t).to_pydict()["float"]
+    [nan, None]
     """
-    return table.group_by(table.column_names, use_threads=False).aggregate([]).select(table.column_names)
+    if table.num_rows < 2:
+        return table
+    ties = None
+    for column in ("key", "seq", "stamp", "writer"):
+        values = table[column]
+        same = pc.equal(values.slice(1), values.slice(0, len(values) - 1))
+        ties = same if ties is None else pc.and_(ties, same)
+    if not pc.any(ties).as_py():
+        return table
+    return sort_records(table.group_by(table.column_names, use_threads=False).aggregate([]).select(table.column_names))
 
 
 def compact(store: Store, name: str = "*", nonce: str = "*", min_segments: int = 2) -> dict[str, int]:
