@@ -16,6 +16,7 @@ MODULES = [
     "theseus.store.fold",
     "theseus.store.scope",
     "theseus.store.view",
+    "theseus.store.compact",
 ]
 
 

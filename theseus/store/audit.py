@@ -45,7 +45,7 @@ from theseus.store import schema, trust
 from theseus.store.node import check_nonce, decode_id, encode_id
 from theseus.store.fold import node_ids
 from theseus.store.reader import empty_frame, latest_records, scan, value_expr
-from theseus.store.segments import list_segments, partition_ok
+from theseus.store.segments import list_segments, partition_ok, retry_vanished, vanished
 
 __all__ = ["AuditReport", "Change", "CheckpointAudit", "GcReport", "Problem", "Resume", "RunAudit", "audit", "flatten", "gc"]
 
@@ -339,7 +339,8 @@ def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0
             continue  # not a node's folder: not ours to delete
         newest, size = _newest_and_size(fs, f"{base}/{rel}")
         age = time.time() - newest
-        reason = f"written {age:.0f} s ago (< {min_age_s:g} s)" if age < min_age_s else _keep(fs, base, name, nonce, rel)
+        reason = (f"written {age:.0f} s ago (< {min_age_s:g} s)" if age < min_age_s
+                  else retry_vanished(lambda: _keep(fs, base, name, nonce, rel)))
         if reason:
             kept.append((rel, reason))
             continue
@@ -386,7 +387,22 @@ def _rel(base: str, path: str) -> str:
 
 
 def _load_log(fs, base: str, nonce: str | None, problems: list[Problem]) -> tuple[pl.DataFrame, int]:
-    """The log of the root (or of run ``nonce`` and the runs it descends from), and how many segments were read."""
+    """The log of the root (or of run ``nonce`` and the runs it descends from), and how many segments were read.
+
+    Listed and read again when a concurrent compaction retires a segment mid-read.
+    """
+    found: list[Problem] = []
+
+    def read() -> tuple[pl.DataFrame, int]:
+        found.clear()  # only the last try's problems count
+        return _read_log(fs, base, nonce, found)
+
+    log, count = retry_vanished(read)
+    problems += found
+    return log, count
+
+
+def _read_log(fs, base: str, nonce: str | None, problems: list[Problem]) -> tuple[pl.DataFrame, int]:
     if nonce is None:
         paths = list_segments(fs, base)
         return _read_segments(fs, base, paths, problems), len(paths)
@@ -428,6 +444,9 @@ def _read_segments(fs, base: str, paths: list[str], problems: list[Problem]) -> 
     with ThreadPoolExecutor(_workers(fs, len(paths))) as pool:
         results = list(pool.map(lambda p: _read_one(fs, p), paths))
     good = []
+    for result in results:
+        if not isinstance(result, pl.DataFrame) and vanished(result):
+            raise result  # retired by a compaction since listed, not unreadable: the caller lists again
     for path, result in zip(paths, results, strict=True):
         if isinstance(result, pl.DataFrame):
             good.append(result)

@@ -4,11 +4,17 @@ The merged segment is published before the old ones are removed, and it holds
 the very same records (ids, stamps, writers), so a reader that sees old and
 new segments at once folds to the same answer, and a crash at any instant
 leaves a readable log.
+
+Compactions may race (two people, a UI and a cron job) without locks: a merge
+keeps one copy of identical records, so a record republished by an earlier
+compaction is stored once again, never twice; and the merged segment is named
+from the segments it read, so two compactions of the same segments publish one
+file (the second gives way).
 """
 
 from __future__ import annotations
 
-import secrets
+import hashlib
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -31,7 +37,7 @@ def compact_run(store: Store, paths: list[str]) -> str | None:
     """
     if len(paths) < 2:
         return None
-    tables = []
+    tables, read = [], []
     for path in paths:
         try:
             rootfs.check_inside(store.fs, store.path(), path)  # it is deleted below: never through a link
@@ -45,21 +51,52 @@ def compact_run(store: Store, paths: list[str]) -> str | None:
         if KEYS_METADATA not in (table.schema.metadata or {}):
             raise CorruptSegment(f"cannot compact: {rootfs.url(store.fs, path)} has no theseus footer")
         tables.append(table.replace_schema_metadata(None).cast(SEGMENT_SCHEMA))
+        read.append(path)
     if len(tables) < 2:
         return None
-    merged = sort_records(pa.concat_tables(tables))
+    merged = unique_records(sort_records(pa.concat_tables(tables)))
     keys, index = index_of(merged)
     name, nonce = partition_of(paths[0])
     stamp = max(pc.max(t["stamp"]).as_py() or 0 for t in tables)
-    target = f"{run_dir(store.path(), name, nonce)}/{segment_name(stamp, secrets.token_hex(4), 0, prefix='c')}"
-    rootfs.publish(store.fs, target, encode(merged, keys, index))
-    for path in paths:
+    # the same segments read give the same name and bytes: a racing compaction of them publishes nothing new
+    inputs = hashlib.sha256("\n".join(p.rsplit("/", 1)[-1] for p in read).encode()).hexdigest()[:16]
+    target = f"{run_dir(store.path(), name, nonce)}/{segment_name(stamp, inputs, 0, prefix='c')}"
+    try:
+        rootfs.publish(store.fs, target, encode(merged, keys, index), exclusive=True)
+    except FileExistsError:
+        return None  # published by a concurrent compaction of the same segments, which retires them
+    for path in read:
         try:
             store.fs.rm_file(path)
         except FileNotFoundError:
             pass
     store._footers.forget(paths)
     return target
+
+
+def unique_records(table: pa.Table) -> pa.Table:
+    """A table in :func:`sort_records` order with each identical record kept once (NaN equals NaN).
+
+    A record is its node, key, write stamp, writer and value; a writer never stamps two
+    records alike, so identical rows are copies that concurrent compactions both merged.
+    Only a table where two neighbours share key, seq, stamp and writer can hold copies:
+    any other is returned as is, without grouping every row.
+
+    >>> t = pa.table({"key": ["a", "a", "a"], "seq": [0, 0, 1], "stamp": [1, 1, 2], "writer": ["w", "w", "w"],
+    ...               "float": [float("nan"), float("nan"), None]})
+    >>> unique_records(t).to_pydict()["float"]
+    [nan, None]
+    """
+    if table.num_rows < 2:
+        return table
+    ties = None
+    for column in ("key", "seq", "stamp", "writer"):
+        values = table[column]
+        same = pc.equal(values.slice(1), values.slice(0, len(values) - 1))
+        ties = same if ties is None else pc.and_(ties, same)
+    if not pc.any(ties).as_py():
+        return table
+    return sort_records(table.group_by(table.column_names, use_threads=False).aggregate([]).select(table.column_names))
 
 
 def compact(store: Store, name: str = "*", nonce: str = "*", min_segments: int = 2) -> dict[str, int]:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import difflib
 import math
-import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow as pa
@@ -15,7 +14,7 @@ from theseus.store import schema
 from theseus.store.node import Node, check_nonce, decode_id, normalize_name
 from theseus.store.fold import WRITTEN, node_ids
 from theseus.store.scope import Scope
-from theseus.store.segments import CorruptSegment
+from theseus.store.segments import CorruptSegment, retry_vanished, vanished
 
 if TYPE_CHECKING:
     import pandas
@@ -24,8 +23,6 @@ if TYPE_CHECKING:
 
 OPS = ("==", "!=", "<", "<=", ">", ">=", "in")
 IDENTITY = ("node", "name", "nonce", "seq", "parent")
-_RETRIES = 30  # re-list and retry when a compaction retires a segment mid-read
-T = TypeVar("T")
 
 
 class UnknownKey(ValueError):
@@ -278,7 +275,7 @@ class Cursor:
             except CorruptSegment:
                 raise
             except (pl.exceptions.PolarsError, OSError, pa.ArrowException) as e:
-                if scope.view is None or isinstance(e, FileNotFoundError) or _missing_file(e):
+                if scope.view is None or vanished(e):
                     raise
                 self.store._ignore_view(scope.view.path, e)  # log reads raise CorruptSegment: the view is bad
                 return run()  # answered from the log now that the view is ignored
@@ -398,36 +395,6 @@ def _unknown_key(key: str, types: dict[str, str]) -> None:
     hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
     shown = ", ".join(user[:20]) + (" ..." if len(user) > 20 else "")
     raise UnknownKey(f"no run in this query has logged key {key!r}{hint} (known keys: {shown or 'none'})")
-
-
-def retry_vanished(read: Callable[[], T]) -> T:
-    """``read()``, called again (it lists anew) while a segment it listed vanishes before it reads it:
-    a compaction retires segments at any time, and their records are in the merged one.
-
-    >>> calls = []
-    >>> def read():
-    ...     calls.append(1)
-    ...     if len(calls) < 3:
-    ...         raise FileNotFoundError("log/name=a.b.c/nonce=949e88/s-1.parquet")
-    ...     return "answer"
-    >>> retry_vanished(read), len(calls)
-    ('answer', 3)
-    """
-    for attempt in range(_RETRIES):
-        try:
-            return read()
-        except CorruptSegment:
-            raise
-        except (FileNotFoundError, pl.exceptions.PolarsError, OSError) as e:
-            if not (isinstance(e, FileNotFoundError) or _missing_file(e)) or attempt == _RETRIES - 1:
-                raise
-            time.sleep(0.002 * attempt)
-    raise AssertionError("unreachable")
-
-
-def _missing_file(error: Exception) -> bool:
-    text = str(error).lower()
-    return "no such file" in text or "not found" in text
 
 
 def _glob_match(pattern: str, name: str) -> bool:

@@ -64,8 +64,14 @@ def url(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return fs.unstrip_protocol(path)
 
 
-def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes | memoryview | pa.Buffer) -> None:
+def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes | memoryview | pa.Buffer, exclusive: bool = False) -> None:
     """Make ``data`` (any bytes-like object) visible at ``path`` whole or not at all.
+
+    With ``exclusive``, a ``path`` that already exists is a FileExistsError and is left
+    as it was: locally the temporary is hard-linked to ``path`` (which fails if the name
+    exists) instead of renamed over it; object stores without conditional writes only
+    check before the upload, so there two publishers racing within that window both
+    write (callers that need it publish identical bytes under one name).
 
     Locally: write a temporary name in the same folder (``.<name>.<random>.tmp``,
     which no reader lists), fsync, rename, fsync the folder and, for each folder
@@ -78,8 +84,15 @@ def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes | memoryview |
     >>> publish(fs, p + "/hello.txt", b"hi")
     >>> open(p + "/hello.txt", "rb").read()
     b'hi'
+    >>> try:
+    ...     publish(fs, p + "/hello.txt", b"bye", exclusive=True)
+    ... except FileExistsError:
+    ...     print(open(p + "/hello.txt", "rb").read())
+    b'hi'
     """
     if not is_local(fs):
+        if exclusive and fs.exists(path):
+            raise FileExistsError(f"{url(fs, path)} already exists")
         fs.pipe_file(path, data if isinstance(data, bytes) else bytes(data))
         return
     folder, name = path.rsplit("/", 1)
@@ -94,7 +107,11 @@ def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes | memoryview |
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.rename(tmp, path)
+        if exclusive:
+            os.link(tmp, path)  # unlike rename, fails when the name exists
+            os.unlink(tmp)
+        else:
+            os.rename(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

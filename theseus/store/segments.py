@@ -28,10 +28,11 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple, TypeVar
 
 import fsspec
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -490,6 +491,50 @@ def by_run(paths: list[str]) -> dict[tuple[str, str], list[str]]:
 
 class CorruptSegment(ValueError):
     """A segment that cannot be read; the message names the file."""
+
+
+VANISHED_RETRIES = 30  # fresh listings tried when compactions keep retiring segments mid-read
+T = TypeVar("T")
+
+
+def vanished(error: BaseException) -> bool:
+    """True when ``error`` says a listed file is gone (retired by a compaction), not that one is bad.
+
+    >>> vanished(FileNotFoundError("s-1.parquet")), vanished(CorruptSegment("s-1.parquet: truncated"))
+    (True, False)
+    """
+    if isinstance(error, CorruptSegment):
+        return False
+    if isinstance(error, FileNotFoundError):
+        return True
+    text = str(error).lower()
+    return isinstance(error, (pl.exceptions.PolarsError, OSError)) and ("no such file" in text or "not found" in text)
+
+
+def retry_vanished(read: Callable[[], T]) -> T:
+    """``read()``, called again while it fails because a segment it listed has vanished.
+
+    The one rule for every reader that lists segments and then reads them: a concurrent
+    compaction publishes the merged segment before it retires the old ones, so ``read``
+    (which must list afresh on each call) finds every record on a later try.
+
+    >>> tries = []
+    >>> def read():
+    ...     tries.append(1)
+    ...     if len(tries) < 3:
+    ...         raise FileNotFoundError("log/name=a/nonce=b/s-1.parquet")
+    ...     return len(tries)
+    >>> retry_vanished(read)
+    3
+    """
+    for attempt in range(VANISHED_RETRIES):
+        try:
+            return read()
+        except Exception as e:
+            if not vanished(e) or attempt == VANISHED_RETRIES - 1:
+                raise
+            time.sleep(0.002 * attempt)  # a compaction between listing and read: let it finish
+    raise AssertionError("unreachable")
 
 
 def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> Footer:

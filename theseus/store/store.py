@@ -11,12 +11,13 @@ from loguru import logger
 from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.compact import compact
-from theseus.store.cursor import Cursor, EmptyResult, retry_vanished
+from theseus.store.cursor import Cursor, EmptyResult
 from theseus.store.fold import WRITTEN
 from theseus.store.node import Node, check_nonce, decode_id
 from theseus.store.reader import latest_value, scan
 from theseus.store.scope import Scope
-from theseus.store.segments import CorruptSegment, FooterCache, Listings, RecordedListings, list_runs, list_segments, recorded_runs
+from theseus.store.segments import (CorruptSegment, FooterCache, Listings, RecordedListings, list_runs, list_segments,
+                                     recorded_runs, retry_vanished)
 from theseus.store.view import View, build_view, list_views, read_view
 from theseus.store.writer import Writer
 
@@ -79,8 +80,12 @@ class Store:
         node_id = node.id if isinstance(node, Node) else node
         name, nonce, seq = decode_id(node_id)
         self._require_root()
-        scope = Scope(self, name, nonce)
-        rows = scope.nodes(scope.types(), parent=True)[0].filter(pl.col("seq") == seq).collect()
+
+        def read() -> pl.DataFrame:
+            scope = Scope(self, name, nonce)
+            return scope.nodes(scope.types(), parent=True)[0].filter(pl.col("seq") == seq).collect()
+
+        rows = retry_vanished(read)
         if rows.height == 0:
             raise EmptyResult(f"no records for node {node_id}")
         row = rows.row(0, named=True)
@@ -90,6 +95,9 @@ class Store:
         """The fold of a whole lineage's reserved fields (job, config, status, error, finished)."""
         check_nonce(nonce)
         self._require_root()
+        return retry_vanished(lambda: self._read_run_record(nonce))
+
+    def _read_run_record(self, nonce: str) -> dict[str, Any]:
         paths = self._segments("*", nonce)
         if not paths:
             raise EmptyResult(f"no run with nonce {nonce!r} in {self.root}")
@@ -101,8 +109,14 @@ class Store:
         return row.row(0, named=True) if row.height else {"nonce": nonce}
 
     def runs(self) -> pl.DataFrame:
-        """One row per run: name, nonce, nodes, last write, status, finished, latest metrics."""
+        """One row per run: name, nonce, nodes, last write, status, finished, latest metrics.
+
+        Listed and read again when a concurrent compaction retires a segment mid-read.
+        """
         self._require_root()
+        return retry_vanished(self._read_runs)
+
+    def _read_runs(self) -> pl.DataFrame:
         paths = self._segments()
         types = self._footers.keys(paths)
         log = scan(self.fs, paths)
@@ -124,12 +138,15 @@ class Store:
         """
         self._require_root()
         merged = compact(self, name, nonce)
+        retry_vanished(self._refresh_view)  # a concurrent compaction may retire segments it folds
+        return merged
+
+    def _refresh_view(self) -> None:
         view = self._view()
         runs = self._runs()
         if (view is None or len(view.runs) != len(runs) or not all(view.covers(run, paths) for run, paths in runs.items())
                 or (view.listing is None and self._listings.enabled)):
             build_view(self)
-        return merged
 
     def _require_root(self) -> None:
         """Raise FileNotFoundError naming the root when it does not exist (checked until it does)."""

@@ -26,11 +26,10 @@ import pyarrow as pa
 
 from theseus.store import fs as rootfs
 from theseus.store import schema
-from theseus.store.cursor import retry_vanished
 from theseus.store.fold import ARROW
 from theseus.store.node import _PREVIOUS, Node, lineage_columns
 from theseus.store.scope import Scope
-from theseus.store.segments import LOG, encode, run_dir, segment_name
+from theseus.store.segments import LOG, encode, retry_vanished, run_dir, segment_name
 
 if TYPE_CHECKING:
     from theseus.store.store import Store
