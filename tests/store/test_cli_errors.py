@@ -56,7 +56,7 @@ def test_a_corrupt_segment(tmp_path):
 def test_an_unwritable_root(tmp_path, monkeypatch):
     make_runs(tmp_path)
 
-    def refuse(fs, path, data):  # what a read-only root answers (root users are never refused by chmod)
+    def refuse(fs, path, data, exclusive=False):  # what a read-only root answers (root users are never refused by chmod)
         raise PermissionError(errno.EACCES, "Permission denied", path)
 
     monkeypatch.setattr(rootfs, "publish", refuse)
