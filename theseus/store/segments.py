@@ -491,18 +491,115 @@ def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> Footer:
         raise
     except Exception as e:
         raise CorruptSegment(f"corrupt or truncated segment {rootfs.url(fs, path)}: {e}") from e
+    return parse_footer(meta, rootfs.url(fs, path))
+
+
+def parse_footer(meta: pq.FileMetaData, url: str) -> Footer:
+    """A segment's footer from its parsed Parquet metadata, checked against the file before any
+    reader trusts it; anything wrong is a CorruptSegment naming ``url``.
+
+    The checks use only the metadata already parsed (no data is read): the columns and their
+    types, the keys' types, the block index tiling the file's rows, and the stamp and seq
+    ranges within the row groups' statistics. Readers and ``theseus audit`` share this rule.
+
+    >>> t = pa.table({"node": ["n0"], "seq": [0], "parent": [None], "stamp": [5], "writer": ["w"], "key": ["a"],
+    ...               "float": [1.0], "int": [None], "bool": [None], "str": [None]}, schema=SEGMENT_SCHEMA)
+    >>> keys, index = index_of(t)
+    >>> parse_footer(pq.read_metadata(pa.BufferReader(encode(t, keys, index))), "s.parquet").blocks["a"]
+    Block(start=0, stop=1, seq_min=0, seq_max=0, distinct=1, columns=('float',))
+    >>> index["blocks"]["a"][2:4] = [1000, 1000]  # a forged seq range
+    >>> parse_footer(pq.read_metadata(pa.BufferReader(encode(t, keys, index))), "s.parquet")
+    Traceback (most recent call last):
+    ...
+    theseus.store.segments.CorruptSegment: segment s.parquet has a bad theseus footer: key 'a': seqs 1000..1000 outside the file's seqs 0..0
+    """
     kv = meta.metadata or {}
     raw = kv.get(KEYS_METADATA)
     if raw is None:
-        raise CorruptSegment(f"segment {rootfs.url(fs, path)} has no '{KEYS_METADATA.decode()}' footer: not a theseus segment")
+        raise CorruptSegment(f"segment {url} has no '{KEYS_METADATA.decode()}' footer: not a theseus segment")
     try:
         keys = json.loads(raw)
         index = json.loads(kv[INDEX_METADATA]) if INDEX_METADATA in kv else None
-        blocks = None if index is None else {k: Block(*b[:5], tuple(b[5])) for k, b in index["blocks"].items()}
-        stamps = None if index is None or index["stamps"] is None else tuple(index["stamps"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise CorruptSegment(f"segment {rootfs.url(fs, path)} has a malformed theseus footer: {e}") from e
+    except ValueError as e:
+        raise CorruptSegment(f"segment {url} has a malformed theseus footer (not JSON): {e}") from e
+    try:
+        blocks, stamps = _check_footer(meta, keys, index)
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise CorruptSegment(f"segment {url} has a bad theseus footer: {e}") from e
     return Footer(keys, blocks, stamps, meta.num_rows, meta)
+
+
+def _check_footer(meta: pq.FileMetaData, keys, index) -> tuple[dict[str, Block] | None, tuple[int, int] | None]:
+    """The blocks and stamp range of a footer, after checking them against the file's metadata."""
+    schema = meta.schema.to_arrow_schema()
+    for f in SEGMENT_SCHEMA:
+        if schema.get_field_index(f.name) < 0 or schema.field(f.name).type != f.type:
+            raise ValueError(f"column {f.name!r} is missing or not {f.type}")
+    if not isinstance(keys, dict) or not all(isinstance(k, str) and t in TYPES for k, t in keys.items()):
+        raise ValueError(f"the keys are not {{key: one of {', '.join(TYPES)}}}")
+    if index is None:  # no block index (written by hand or by an older theseus): readers index the rows
+        return None, None
+    rows = meta.num_rows
+    seqs, stamps_found = _statistics_range(meta, "seq"), _statistics_range(meta, "stamp")
+    blocks, covered = {}, []
+    for key, b in index["blocks"].items():
+        if not (isinstance(b, list) and len(b) == 6 and all(type(x) is int for x in b[:5]) and isinstance(b[5], list)
+                and all(c in TYPES for c in b[5])):
+            raise ValueError(f"key {key!r}: block {str(b)[:80]} is not [start, stop, seq_min, seq_max, distinct, [columns]]")
+        block = Block(*b[:5], tuple(b[5]))
+        if not 0 <= block.start < block.stop <= rows:
+            raise ValueError(f"key {key!r}: rows {block.start}:{block.stop} outside the file's {rows} rows")
+        if not 0 <= block.seq_min <= block.seq_max or not 1 <= block.distinct <= min(block.stop - block.start,
+                                                                                       block.seq_max - block.seq_min + 1):
+            raise ValueError(f"key {key!r}: seqs {block.seq_min}..{block.seq_max} with {block.distinct} distinct "
+                             f"in {block.stop - block.start} rows")
+        if seqs is not None and (block.seq_min < seqs[0] or block.seq_max > seqs[1]):
+            raise ValueError(f"key {key!r}: seqs {block.seq_min}..{block.seq_max} outside the file's seqs {seqs[0]}..{seqs[1]}")
+        if key in keys and block.columns and _merged(block.columns) != keys[key]:
+            raise ValueError(f"key {key!r}: declared {keys[key]} but stored in {', '.join(block.columns)}")
+        blocks[key] = block
+        covered.append((block.start, block.stop))
+    # every row is in exactly one block: the blocks tile 0..rows
+    covered.sort()
+    if sum(stop - start for start, stop in covered) != rows or any(a[1] > b[0] for a, b in zip(covered, covered[1:])):
+        raise ValueError(f"the blocks do not cover the file's {rows} rows once each")
+    if any(k not in blocks for k in keys):
+        raise ValueError(f"keys {sorted(k for k in keys if k not in blocks)[:5]} have no block")
+    if seqs is not None and blocks and (min(b.seq_min for b in blocks.values()), max(b.seq_max for b in blocks.values())) != seqs:
+        raise ValueError(f"the blocks' seqs do not span the file's seqs {seqs[0]}..{seqs[1]}")
+    stamps = index["stamps"]
+    if rows == 0 and stamps is None:
+        return blocks, None
+    if not (isinstance(stamps, list) and len(stamps) == 2 and all(type(x) is int for x in stamps) and stamps[0] <= stamps[1]):
+        raise ValueError(f"stamps {str(stamps)[:80]} are not [min, max]")
+    if stamps_found is not None and tuple(stamps) != stamps_found:
+        raise ValueError(f"stamps {stamps} differ from the file's {list(stamps_found)}")
+    return blocks, (stamps[0], stamps[1])
+
+
+def _merged(columns: tuple[str, ...]) -> str:
+    kind = columns[0]
+    for c in columns[1:]:
+        kind = merge_types(kind, c)
+    return kind
+
+
+def _statistics_range(meta: pq.FileMetaData, column: str) -> tuple[int, int] | None:
+    """``(min, max)`` of an int column over the file from its row groups' statistics (None when
+    a row group has none: hand-written files)."""
+    if meta.num_rows == 0:
+        return None
+    j = meta.schema.names.index(column)
+    lo, hi = None, None
+    for g in range(meta.num_row_groups):
+        if meta.row_group(g).num_rows == 0:
+            continue
+        stats = meta.row_group(g).column(j).statistics
+        if stats is None or not stats.has_min_max:
+            return None
+        lo = stats.min if lo is None else min(lo, stats.min)
+        hi = stats.max if hi is None else max(hi, stats.max)
+    return None if lo is None else (lo, hi)
 
 
 def read_keys(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, str]:
@@ -530,6 +627,47 @@ def read_columns(fs: fsspec.AbstractFileSystem, path: str, footer: Footer, colum
         if not rootfs.is_local(fs) or os.path.exists(path):
             raise CorruptSegment(f"corrupt or truncated segment {rootfs.url(fs, path)}: {e}") from e
         raise FileNotFoundError(path) from e
+
+
+def check_segment(fs: fsspec.AbstractFileSystem, path: str) -> pa.Table:
+    """Every row of a segment, read the way readers read it and checked through: its footer
+    (:func:`parse_footer`), every page against its checksum, and its block index against the
+    rows (each key's rows where the index says, in (seq, stamp, writer) order). Anything wrong
+    is a CorruptSegment naming the file. For ``theseus audit``: it reads the whole file.
+
+    >>> from theseus.store.store import _doc_store
+    >>> store, n = _doc_store()
+    >>> check_segment(store.fs, store._segments()[0])["float"].to_pylist()
+    [1.5]
+    """
+    footer = read_footer(fs, path)
+    url = rootfs.url(fs, path)
+    try:
+        with fs.open(path, "rb") as f:
+            table = pq.ParquetFile(f, metadata=footer.meta, page_checksum_verification=True).read(use_threads=False)
+    except FileNotFoundError:
+        raise
+    except Exception as e:
+        raise CorruptSegment(f"corrupt or truncated segment {url}: {e}") from e
+    if footer.blocks is None:
+        return table
+    found, index = index_of(table)
+    blocks = {k: Block(*b[:5], tuple(b[5])) for k, b in index["blocks"].items()}
+    stamps = tuple(index["stamps"]) if index["stamps"] else None
+    for key, block in footer.blocks.items():
+        rows = table.slice(block.start, block.stop - block.start).select(["seq", "stamp", "writer"])
+        if blocks.get(key) != block or not _ascending(rows):
+            raise CorruptSegment(f"segment {url} has a bad theseus footer: its index says {block} for key {key!r}, "
+                                 f"but the rows are {blocks.get(key)}" + ("" if blocks.get(key) != block else " out of order"))
+    if len(blocks) != len(footer.blocks) or found != footer.keys or stamps != footer.stamps:
+        raise CorruptSegment(f"segment {url} has a bad theseus footer: its keys or stamps differ from its rows'")
+    return table
+
+
+def _ascending(rows: pa.Table) -> bool:
+    """True when ``rows`` are in (seq, stamp, writer) order."""
+    order = pc.sort_indices(rows, [(c, "ascending") for c in rows.column_names]).to_numpy()
+    return bool((order == np.arange(len(order))).all())
 
 
 class FooterCache:
