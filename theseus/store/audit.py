@@ -45,8 +45,8 @@ from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.node import check_nonce, decode_id, encode_id
 from theseus.store.fold import node_ids
-from theseus.store.reader import empty_frame, latest_records, scan, value_expr
-from theseus.store.segments import list_segments
+from theseus.store.reader import empty_frame, latest_records, value_expr
+from theseus.store.segments import check_segment, list_segments, partition_of
 
 __all__ = ["AuditReport", "Change", "CheckpointAudit", "GcReport", "Problem", "Resume", "RunAudit", "audit", "flatten", "gc"]
 
@@ -386,14 +386,10 @@ def _decodes(node_id: str) -> bool:
 
 
 def _read_segments(fs, base: str, paths: list[str], problems: list[Problem]) -> pl.DataFrame:
-    """Every record of ``paths`` in one read; when a segment is unreadable, each is read alone
-    and the bad ones become problems naming the file."""
+    """Every record of ``paths``, each segment read and checked the way readers read it
+    (``segments.check_segment``); the bad ones become problems naming the file."""
     if not paths:
         return empty_frame().collect()
-    try:
-        return scan(fs, paths).collect()
-    except Exception:
-        pass
     with ThreadPoolExecutor(_workers(fs, len(paths))) as pool:
         results = list(pool.map(lambda p: _read_one(fs, p), paths))
     good = []
@@ -403,17 +399,19 @@ def _read_segments(fs, base: str, paths: list[str], problems: list[Problem]) -> 
         else:
             rel = _rel(base, path)
             problems.append(Problem("unreadable-segment", rel, f"log segment {rel} cannot be read "
-                                    f"(truncated or corrupt Parquet): {_first_line(result)}"))
+                                    f"(truncated, corrupt or forged): {_first_line(result)}"))
     columns = empty_frame().collect_schema()
     return pl.concat(good) if good else pl.DataFrame(schema=columns)
 
 
 def _read_one(fs, path: str) -> pl.DataFrame | Exception:
     try:
-        frame = scan(fs, [path]).collect()
-        return frame.select(empty_frame().collect_schema().names()).cast(dict(empty_frame().collect_schema()))
+        table = check_segment(fs, path)
     except Exception as e:  # any failure to read a file is reported, never raised
         return e
+    name, nonce = partition_of(path)
+    frame = pl.from_arrow(table.replace_schema_metadata(None)).with_columns(name=pl.lit(name), nonce=pl.lit(nonce))
+    return frame.select(empty_frame().collect_schema().names()).cast(dict(empty_frame().collect_schema()))
 
 
 def _first_line(error: BaseException) -> str:
