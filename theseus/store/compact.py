@@ -35,7 +35,7 @@ def compact_run(store: Store, paths: list[str]) -> str | None:
     for path in paths:
         try:
             with store.fs.open(path, "rb") as f:
-                table = pq.read_table(f)
+                table = pq.read_table(f, page_checksum_verification=True)  # a flipped byte is refused, never republished
         except FileNotFoundError:
             continue  # retired by a concurrent compaction: its records live in the merged file
         except Exception as e:

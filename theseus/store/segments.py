@@ -110,9 +110,11 @@ def encode(table: pa.Table, keys: dict[str, str], index: dict, codec: str = "zst
     # comparing 80k node ids costs more than all the rest of a flush, and min/max keys of a
     # one-row-group segment prune nothing. Seqs and stamps ascend within each key's block,
     # so delta encoding stores them in a few bits (a third less time to encode a 10k-step flush).
-    # One write batch per column chunk: the default 1,024-row batches cost a call each
+    # One write batch per column chunk: the default 1,024-row batches cost a call each.
+    # Every page carries a CRC, so a flipped byte is an error, not a changed value
     with pq.ParquetWriter(sink, schema, compression=compression, store_schema=False, write_batch_size=1 << 20,
-                          use_dictionary=_DICTIONARY, write_statistics=_STATISTICS, column_encoding=_DELTA) as w:
+                          use_dictionary=_DICTIONARY, write_statistics=_STATISTICS, column_encoding=_DELTA,
+                          write_page_checksum=True) as w:
         w.write_table(table, row_group_size=1 << 20)
         w.add_key_value_metadata({
             KEYS_METADATA.decode(): json.dumps(keys, sort_keys=True),
@@ -616,8 +618,9 @@ def read_columns(fs: fsspec.AbstractFileSystem, path: str, footer: Footer, colum
         else:
             source = pa.BufferReader(fs.cat_file(path))
         with source:
-            # one column chunk read at a time (no pre-buffering): less to copy
-            file = pq.ParquetFile(source, metadata=footer.meta, pre_buffer=False)
+            # one column chunk read at a time (no pre-buffering): less to copy; pages checked
+            # against their CRCs (segments written before theseus wrote CRCs have none to check)
+            file = pq.ParquetFile(source, metadata=footer.meta, pre_buffer=False, page_checksum_verification=True)
             if groups is None or len(groups) == file.metadata.num_row_groups:
                 return file.read(columns=columns, use_threads=False)
             return file.read_row_groups(groups, columns=columns, use_threads=False)
