@@ -15,6 +15,7 @@ from theseus.store.node import Node, check_nonce, decode_id, normalize_name
 from theseus.store.fold import WRITTEN, node_ids
 from theseus.store.scope import Scope
 from theseus.store.segments import CorruptSegment
+from theseus.store.view import CorruptView
 
 if TYPE_CHECKING:
     import pandas
@@ -263,6 +264,8 @@ class Cursor:
                 scope = Scope(self.store, self.name_glob, self.nonce_glob)
                 plan = self._plan(scope, select_keys, all_user_keys, parent, select, identity)
                 return plan.collect() if isinstance(plan, pl.LazyFrame) else plan
+            except CorruptView as e:  # a view that fails its checksums: answer from the log instead
+                self.store._refuse_view(e)
             except CorruptSegment:
                 raise
             except (FileNotFoundError, pl.exceptions.PolarsError, OSError) as e:

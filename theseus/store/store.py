@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import polars as pl
@@ -16,7 +17,7 @@ from theseus.store.node import Node, decode_id
 from theseus.store.reader import latest_value, scan
 from theseus.store.scope import Scope
 from theseus.store.segments import FooterCache, Listings, RecordedListings, list_runs, list_segments, recorded_runs
-from theseus.store.view import View, build_view, list_views, read_view
+from theseus.store.view import CorruptView, View, build_view, list_views, read_view
 from theseus.store.writer import Writer
 
 
@@ -36,6 +37,7 @@ class Store:
         self.fs, self._root = rootfs.open_root(root)
         self._footers = FooterCache(self.fs)
         self._views: dict[str, View] = {}  # parsed view footers by path (views are immutable)
+        self._refused: set[str] = set()  # views whose pages failed their checksums: not read again
         self._listings = Listings(self._root if rootfs.is_local(self.fs) else None)  # folder listings its ctime proves
 
     @property
@@ -141,12 +143,20 @@ class Store:
         if not views:
             return None
         path = views[-1]
+        if path in self._refused:  # damaged: every run folds from the log until compact rebuilds the view
+            return None
         if path not in self._views:
             view = read_view(self, path)
             self._views = {path: view}  # older views are retired: forget them
             if view.listing is not None:  # the folders it saw, for listings their ctime proves unchanged
                 self._listings.seed = RecordedListings(self._root, view.listing, view.runs, view.segments)
         return self._views[path]
+
+    def _refuse_view(self, error: CorruptView) -> None:
+        """Stop reading a view whose pages failed their checksums (warned once): the log answers."""
+        if error.path not in self._refused:
+            warnings.warn(f"{error}; answering from the log meanwhile", RuntimeWarning, stacklevel=3)
+            self._refused.add(error.path)
 
 
 def _doc_store() -> tuple[Store, Node]:

@@ -15,8 +15,9 @@ as well folds those on top (``Scope``), and any other run folds from the log.
 The log stays the only source of truth: a view is written by ``compact()`` from
 the log alone, published atomically under a unique name (never rewritten), and
 older views are deleted only after a newer one is published (readers that lose
-the race re-list and retry). Deleting every view loses nothing; ``theseus audit``
-may ignore the folder.
+the race re-list and retry). Deleting every view loses nothing. Its pages carry
+CRCs (checked by the readers' row-group reads and by ``theseus audit``, which also
+compares each view with the log's fold: :func:`check_view`).
 """
 
 from __future__ import annotations
@@ -86,6 +87,14 @@ class View:
         return {k: tuple(v[number]) for k, v in self.latest_records.items() if v[number] is not None}
 
 
+class CorruptView(CorruptSegment):
+    """A view whose data fails its checksums; ``path`` names it, so readers can stop using it."""
+
+    def __init__(self, message: str, path: str):
+        super().__init__(message)
+        self.path = path
+
+
 def view_name(stamp: int, writer: str) -> str:
     """A unique view file name that sorts by creation time.
 
@@ -118,7 +127,7 @@ def read_view(store: Store, path: str) -> View:
     """Parse a view's footer; a broken view is an error naming it (it can be deleted and rebuilt)."""
     try:
         if rootfs.is_local(store.fs):
-            file = pq.ParquetFile(path)  # kept open: queries read row groups through it
+            file = pq.ParquetFile(path, page_checksum_verification=True)  # kept open: queries read row groups through it
             meta = file.metadata
         else:
             file = None
@@ -170,11 +179,18 @@ def scan_view(store: Store, view: View, numbers: list[int] | None = None, column
             columns = [c for c in columns if c not in ("name", "nonce")]
         groups = sorted({g for lo, hi in spans for g in range(np.searchsorted(starts, lo, "right") - 1,
                                                               np.searchsorted(starts, hi - 1, "right"))})
-        if view.file is not None:
-            table = view.file.read_row_groups(groups, columns, use_threads=False)
-        else:
-            with store.fs.open(view.path, "rb") as f:
-                table = pq.ParquetFile(f, metadata=view.meta).read_row_groups(groups, columns, use_threads=False)
+        try:
+            if view.file is not None:
+                table = view.file.read_row_groups(groups, columns, use_threads=False)
+            else:
+                with store.fs.open(view.path, "rb") as f:
+                    file = pq.ParquetFile(f, metadata=view.meta, page_checksum_verification=True)
+                    table = file.read_row_groups(groups, columns, use_threads=False)
+        except FileNotFoundError:
+            raise
+        except Exception as e:  # a page that fails its CRC: the view is derived, readers fold from the log
+            raise CorruptView(f"corrupt view {rootfs.url(store.fs, view.path)} ({e}); views are derived from the log: "
+                              "delete it and run `theseus compact` to rebuild one", view.path) from e
         base = dict(zip(groups, np.cumsum([0] + [starts[g + 1] - starts[g] for g in groups]).tolist()))
         parts = []
         for number, (lo, hi) in zip(numbers, spans):
@@ -238,7 +254,8 @@ def build_view(store: Store) -> str | None:
     # no Arrow schema in the footer (it would repeat the metadata), statistics where they prune
     # float values hardly compress and are what a top-k reads: stored plain, the rest zstd
     compression = {f.name: "none" if f.type == pa.float64() else "zstd" for f in table.schema}
-    with pq.ParquetWriter(sink, table.schema, compression=compression, store_schema=False,
+    # every page carries a CRC: a flipped byte is found (audit, row-group reads), never served as a value
+    with pq.ParquetWriter(sink, table.schema, compression=compression, store_schema=False, write_page_checksum=True,
                           write_statistics=["name", "nonce", "seq", RUN, *[k for k, t in types.items() if t != "str"]]) as w:
         w.write_table(table, row_group_size=ROW_GROUP)
         w.add_key_value_metadata({VIEW_METADATA.decode(): json.dumps(meta, separators=(",", ":"))})
@@ -276,3 +293,50 @@ def view_columns(view: View, keys: dict[str, str], parent: bool, written: bool) 
         else:
             exprs.append(pl.col(key))
     return exprs
+
+
+def check_view(store: Store, path: str, runs: dict[tuple[str, str], list[str]]) -> list[str]:
+    """What is wrong with a view, checked through (for ``theseus audit``; it reads the whole
+    view): every page against its CRC, then, for each run of ``runs`` (the log's, ``{(name,
+    nonce): segment paths}``) whose segments are exactly those the view folded, its nodes, key
+    types, stamp and latest run records against the log's own fold. One line per run that
+    differs (empty when the view holds); a view that cannot be read raises CorruptSegment.
+
+    >>> from theseus.store.store import _doc_store
+    >>> store, n = _doc_store()
+    >>> check_view(store, build_view(store), store._runs())
+    []
+    """
+    view = read_view(store, path)
+    try:
+        with store.fs.open(path, "rb") as f:
+            table = pq.ParquetFile(f, metadata=view.meta, page_checksum_verification=True).read(use_threads=False)
+    except FileNotFoundError:
+        raise
+    except Exception as e:
+        raise CorruptView(f"corrupt view {rootfs.url(store.fs, path)}: {e}", path) from e
+    frame = pl.from_arrow(table)
+    found = []
+    for run, number in view.runs.items():
+        paths = runs.get(run)
+        if paths is None or not view.covers(run, paths):
+            continue  # the log changed since the view was built: readers fold this run from the log
+        try:
+            footers = store._footers.footers(paths)
+            folded = fold_run(store.fs, list(zip(paths, footers)), view.types, parent=True, written=True, latest=RUN_KEYS)
+        except CorruptSegment:
+            continue  # the segment's own problem: audit reports it
+        rows = frame.slice(view.starts[number], view.starts[number + 1] - view.starts[number])
+        nodes = rows.select(view_columns(view, view.types, parent=True, written=True))
+        differs = []
+        if not nodes.equals(with_identity(folded.frame, *run)) or not (rows[RUN] == number).all():
+            differs.append("nodes")
+        if view.keys(number) != union_keys(f.keys for f in footers):
+            differs.append("key types")
+        if view.stamps[number] != max(f.stamps[1] if f.stamps else 2**63 - 1 for f in footers):
+            differs.append("stamp")
+        if view.latest(number) != {k: tuple(v) for k, v in folded.latest.items()}:
+            differs.append("latest records")
+        if differs:
+            found.append(f"{run[0]}:{run[1]} ({', '.join(differs)} differ from the log's fold)")
+    return found
