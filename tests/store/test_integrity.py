@@ -100,3 +100,82 @@ def test_a_forged_seq_range_within_the_files_seqs_is_refused(tmp_path):
         Store(tmp_path).find().nonce(start.nonce).select(keys=["early"])
     code, output = audit_cli(tmp_path)
     assert code == 1 and os.path.basename(path) in output
+
+
+def test_audit_reports_the_segments_readers_reject(tmp_path):
+    """A valid Parquet file without the theseus footer, or with a keys footer that is not JSON."""
+    for case, edit in (("nofooter", lambda keys, index: (keys, None)), ("notjson", lambda keys, index: (b"{not json", index))):
+        root = tmp_path / case
+        start = write_run(root)
+        path = only_segment(root)
+        if case == "nofooter":
+            pq.write_table(pq.read_table(path).replace_schema_metadata(None), path)
+        else:
+            rewrite_footer(path, edit)
+        with pytest.raises(CorruptSegment, match=os.path.basename(path)):
+            Store(root).find().nonce(start.nonce).select(keys=["loss"])
+        code, output = audit_cli(root)
+        assert code == 1 and os.path.basename(path) in output, output
+
+
+def flip(path: str, value: float) -> None:
+    """Flip one bit of the only copy of ``value``'s bytes in a file (a value inside a data page)."""
+    data = bytearray(open(path, "rb").read())
+    needle = np.float64(value).tobytes()
+    assert data.count(needle) == 1
+    data[data.index(needle) + 2] ^= 0x10
+    open(path, "wb").write(bytes(data))
+
+
+def test_a_flipped_byte_in_a_segment_is_refused_and_audited(tmp_path):
+    start = write_run(tmp_path)
+    path = only_segment(tmp_path)
+    flip(path, 11.0)
+    with pytest.raises(CorruptSegment, match=os.path.basename(path)):
+        Store(tmp_path).find().nonce(start.nonce).select(keys=["loss"])
+    with Store(tmp_path).writer() as w:  # a second segment of the run: compaction would merge both
+        w.write(Node(start.name, start.nonce, 3), {"loss": 13.0})
+    with pytest.raises(CorruptSegment, match=os.path.basename(path)):  # never republished with fresh checksums
+        Store(tmp_path).compact()
+    assert os.path.exists(path)
+    code, output = audit_cli(tmp_path)
+    assert code == 1 and os.path.basename(path) in output, output
+
+
+def compacted_root(root, runs: int = 3) -> list[Node]:
+    """``runs`` runs of 3 nodes (loss 100 * run + seq + 0.25), compacted: the view holds them all."""
+    starts = []
+    for r in range(runs):
+        start = node = Node.start(f"proj.integrity.run{r}")
+        with Store(root).writer() as w:
+            for i in range(3):
+                w.write(node, {"loss": 100.0 * r + i + 0.25})
+                node = node.next()
+        starts.append(start)
+    Store(root).compact()
+    return starts
+
+
+def test_a_flipped_byte_in_a_view_is_audited_and_never_served(tmp_path):
+    compacted_root(tmp_path)
+    [view] = os.listdir(tmp_path / "view")
+    flip(str(tmp_path / "view" / view), 101.25)  # run 1, seq 1: neither the smallest nor the largest loss
+    code, output = audit_cli(tmp_path)
+    assert code == 1 and view in output, output
+    with pytest.warns(RuntimeWarning, match=view):
+        losses = Store(tmp_path).find().sort("loss").select(keys=["loss"])
+    assert [row["loss"] for row in losses] == [0.25, 1.25, 2.25, 100.25, 101.25, 102.25, 200.25, 201.25, 202.25]
+
+
+def test_a_view_that_disagrees_with_the_log_is_audited(tmp_path):
+    """A view rewritten with a changed value (its checksums valid) is named by audit."""
+    compacted_root(tmp_path)
+    [view] = os.listdir(tmp_path / "view")
+    path = str(tmp_path / "view" / view)
+    table = pq.read_table(path)
+    loss = table["loss"].to_numpy().copy()
+    loss[4] = -1.0
+    table = table.set_column(table.schema.get_field_index("loss"), "loss", [loss])
+    pq.write_table(table, path, write_page_checksum=True)
+    code, output = audit_cli(tmp_path)
+    assert code == 1 and view in output and "disagrees with the log" in output, output

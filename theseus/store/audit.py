@@ -47,6 +47,7 @@ from theseus.store.node import check_nonce, decode_id, encode_id
 from theseus.store.fold import node_ids
 from theseus.store.reader import empty_frame, latest_records, value_expr
 from theseus.store.segments import check_segment, list_segments, partition_of
+from theseus.store.view import check_view, list_views
 
 __all__ = ["AuditReport", "Change", "CheckpointAudit", "GcReport", "Problem", "Resume", "RunAudit", "audit", "flatten", "gc"]
 
@@ -260,6 +261,7 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
         check_nonce(nonce)
     problems: list[Problem] = []
     log, segments = _load_log(fs, base, nonce, problems)
+    problems += _view_problems(fs, base, nonce)
     nodes = _nodes(log)
     audited = nodes.filter(pl.col("nonce") == nonce) if nonce is not None else nodes
     problems += _identity_problems(audited)
@@ -375,6 +377,28 @@ def _load_log(fs, base: str, nonce: str | None, problems: list[Problem]) -> tupl
         count += len(more)
         frame = _read_segments(fs, base, more, problems) if more else frame.head(0)
     return (pl.concat(frames) if frames else empty_frame().collect()), count
+
+
+def _view_problems(fs, base: str, nonce: str | None) -> list[Problem]:
+    """Every view checked through against the log (``view.check_view``): for run ``nonce`` only, when given."""
+    from theseus.store.store import Store  # the view's checks read through a Store (no cycle: store imports no audit)
+
+    store = Store(rootfs.url(fs, base))
+    runs = {run: paths for run, paths in store._runs().items() if nonce is None or run[1] == nonce}
+    advice = "views are derived from the log: delete it and run `theseus compact` to rebuild one"
+    problems = []
+    for path in list_views(store):
+        rel = _rel(base, path)
+        try:
+            differs = check_view(store, path, runs)
+        except FileNotFoundError:
+            continue  # retired by a newer view meanwhile
+        except Exception as e:  # any failure to read a view is reported, never raised
+            problems.append(Problem("corrupt-view", rel, f"view {rel} cannot be read ({_first_line(e)}); {advice}"))
+            continue
+        for line in differs:
+            problems.append(Problem("view-differs", rel, f"view {rel} disagrees with the log for run {line}; {advice}"))
+    return problems
 
 
 def _decodes(node_id: str) -> bool:
