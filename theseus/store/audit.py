@@ -384,13 +384,13 @@ def _view_problems(fs, base: str, nonce: str | None) -> list[Problem]:
     from theseus.store.store import Store  # the view's checks read through a Store (no cycle: store imports no audit)
 
     store = Store(rootfs.url(fs, base))
-    runs = {run: paths for run, paths in store._runs().items() if nonce is None or run[1] == nonce}
+    runs = store._runs()
     advice = "views are derived from the log: delete it and run `theseus compact` to rebuild one"
     problems = []
     for path in list_views(store):
         rel = _rel(base, path)
         try:
-            differs = check_view(store, path, runs)
+            differs = check_view(store, path, runs, nonce)
         except FileNotFoundError:
             continue  # retired by a newer view meanwhile
         except Exception as e:  # any failure to read a view is reported, never raised

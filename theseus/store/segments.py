@@ -501,19 +501,21 @@ def parse_footer(meta: pq.FileMetaData, url: str) -> Footer:
     reader trusts it; anything wrong is a CorruptSegment naming ``url``.
 
     The checks use only the metadata already parsed (no data is read): the columns and their
-    types, the keys' types, the block index tiling the file's rows, and the stamp and seq
-    ranges within the row groups' statistics. Readers and ``theseus audit`` share this rule.
+    types, the keys' types, and the block index (ints, tiling the file's rows once, seq ranges
+    that hold their distinct counts). The fold checks each block's seqs against the rows it
+    reads; :func:`check_segment` (audit) checks the whole index against every row. Row-group
+    statistics are not consulted: pyarrow aborts the process on some corrupt ones.
 
     >>> t = pa.table({"node": ["n0"], "seq": [0], "parent": [None], "stamp": [5], "writer": ["w"], "key": ["a"],
     ...               "float": [1.0], "int": [None], "bool": [None], "str": [None]}, schema=SEGMENT_SCHEMA)
     >>> keys, index = index_of(t)
     >>> parse_footer(pq.read_metadata(pa.BufferReader(encode(t, keys, index))), "s.parquet").blocks["a"]
     Block(start=0, stop=1, seq_min=0, seq_max=0, distinct=1, columns=('float',))
-    >>> index["blocks"]["a"][2:4] = [1000, 1000]  # a forged seq range
+    >>> index["blocks"]["a"][1] = 10**12  # a forged row count
     >>> parse_footer(pq.read_metadata(pa.BufferReader(encode(t, keys, index))), "s.parquet")
     Traceback (most recent call last):
     ...
-    theseus.store.segments.CorruptSegment: segment s.parquet has a bad theseus footer: key 'a': seqs 1000..1000 outside the file's seqs 0..0
+    theseus.store.segments.CorruptSegment: segment s.parquet has a bad theseus footer: key 'a': rows 0:1000000000000 outside the file's 1 rows
     """
     kv = meta.metadata or {}
     raw = kv.get(KEYS_METADATA)
@@ -542,7 +544,6 @@ def _check_footer(meta: pq.FileMetaData, keys, index) -> tuple[dict[str, Block] 
     if index is None:  # no block index (written by hand or by an older theseus): readers index the rows
         return None, None
     rows = meta.num_rows
-    seqs, stamps_found = _statistics_range(meta, "seq"), _statistics_range(meta, "stamp")
     blocks, covered = {}, []
     for key, b in index["blocks"].items():
         if not (isinstance(b, list) and len(b) == 6 and all(type(x) is int for x in b[:5]) and isinstance(b[5], list)
@@ -555,8 +556,6 @@ def _check_footer(meta: pq.FileMetaData, keys, index) -> tuple[dict[str, Block] 
                                                                                        block.seq_max - block.seq_min + 1):
             raise ValueError(f"key {key!r}: seqs {block.seq_min}..{block.seq_max} with {block.distinct} distinct "
                              f"in {block.stop - block.start} rows")
-        if seqs is not None and (block.seq_min < seqs[0] or block.seq_max > seqs[1]):
-            raise ValueError(f"key {key!r}: seqs {block.seq_min}..{block.seq_max} outside the file's seqs {seqs[0]}..{seqs[1]}")
         if key in keys and block.columns and _merged(block.columns) != keys[key]:
             raise ValueError(f"key {key!r}: declared {keys[key]} but stored in {', '.join(block.columns)}")
         blocks[key] = block
@@ -567,15 +566,11 @@ def _check_footer(meta: pq.FileMetaData, keys, index) -> tuple[dict[str, Block] 
         raise ValueError(f"the blocks do not cover the file's {rows} rows once each")
     if any(k not in blocks for k in keys):
         raise ValueError(f"keys {sorted(k for k in keys if k not in blocks)[:5]} have no block")
-    if seqs is not None and blocks and (min(b.seq_min for b in blocks.values()), max(b.seq_max for b in blocks.values())) != seqs:
-        raise ValueError(f"the blocks' seqs do not span the file's seqs {seqs[0]}..{seqs[1]}")
     stamps = index["stamps"]
     if rows == 0 and stamps is None:
         return blocks, None
     if not (isinstance(stamps, list) and len(stamps) == 2 and all(type(x) is int for x in stamps) and stamps[0] <= stamps[1]):
         raise ValueError(f"stamps {str(stamps)[:80]} are not [min, max]")
-    if stamps_found is not None and tuple(stamps) != stamps_found:
-        raise ValueError(f"stamps {stamps} differ from the file's {list(stamps_found)}")
     return blocks, (stamps[0], stamps[1])
 
 
@@ -584,24 +579,6 @@ def _merged(columns: tuple[str, ...]) -> str:
     for c in columns[1:]:
         kind = merge_types(kind, c)
     return kind
-
-
-def _statistics_range(meta: pq.FileMetaData, column: str) -> tuple[int, int] | None:
-    """``(min, max)`` of an int column over the file from its row groups' statistics (None when
-    a row group has none: hand-written files)."""
-    if meta.num_rows == 0:
-        return None
-    j = meta.schema.names.index(column)
-    lo, hi = None, None
-    for g in range(meta.num_row_groups):
-        if meta.row_group(g).num_rows == 0:
-            continue
-        stats = meta.row_group(g).column(j).statistics
-        if stats is None or not stats.has_min_max:
-            return None
-        lo = stats.min if lo is None else min(lo, stats.min)
-        hi = stats.max if hi is None else max(hi, stats.max)
-    return None if lo is None else (lo, hi)
 
 
 def read_keys(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, str]:

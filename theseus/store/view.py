@@ -22,6 +22,7 @@ compares each view with the log's fold: :func:`check_view`).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 
 VIEW = "view"
 VIEW_METADATA = b"theseus.view"
+VIEW_DIGEST = b"theseus.view.sha256"  # of the VIEW_METADATA text: page CRCs do not cover the footer
 RUN = "_run"
 ROW_GROUP = 16384
 FEW_RUNS = 8  # up to this many runs are read by row group with the cached footer
@@ -140,6 +142,10 @@ def read_view(store: Store, path: str) -> View:
         if listing is not None and not (isinstance(listing, dict) and "log" in listing and isinstance(listing.get("names"), dict)
                                         and isinstance(listing.get("runs"), list) and len(listing["runs"]) == len(names)):
             raise ValueError("its record of the log folders is malformed")
+        digest = meta.metadata.get(VIEW_DIGEST)  # absent only in views from before it was written (version 1)
+        if digest != hashlib.sha256(meta.metadata[VIEW_METADATA]).hexdigest().encode() and (
+                digest is not None or raw.get("version", 1) >= 2):
+            raise ValueError(f"its record of what it folded does not match its {VIEW_DIGEST.decode()} (a changed byte)")
         return View(
             path=path,
             types=raw["types"],
@@ -248,7 +254,7 @@ def build_view(store: Store) -> str | None:
     usual = pl.when(pl.col("seq") > 0).then(node_ids(pl.col("name"), pl.col("nonce"), pl.col("seq") - 1))
     frame = frame.with_columns(
         pl.when(pl.col("parent").eq_missing(usual)).then(None).otherwise(pl.col("parent").fill_null("")).alias("parent"))
-    meta = {"version": 1, "types": types, "runs": index, "signatures": [json.loads(s) for s in signatures], "listing": listing}
+    meta = {"version": 2, "types": types, "runs": index, "signatures": [json.loads(s) for s in signatures], "listing": listing}
     table = frame.to_arrow()
     sink = io.BytesIO()
     # no Arrow schema in the footer (it would repeat the metadata), statistics where they prune
@@ -258,7 +264,8 @@ def build_view(store: Store) -> str | None:
     with pq.ParquetWriter(sink, table.schema, compression=compression, store_schema=False, write_page_checksum=True,
                           write_statistics=["name", "nonce", "seq", RUN, *[k for k, t in types.items() if t != "str"]]) as w:
         w.write_table(table, row_group_size=ROW_GROUP)
-        w.add_key_value_metadata({VIEW_METADATA.decode(): json.dumps(meta, separators=(",", ":"))})
+        text = json.dumps(meta, separators=(",", ":"))
+        w.add_key_value_metadata({VIEW_METADATA.decode(): text, VIEW_DIGEST.decode(): hashlib.sha256(text.encode()).hexdigest()})
     path = store.path(VIEW, view_name(stamp, secrets.token_hex(4)))
     rootfs.publish(store.fs, path, sink.getvalue())
     for old in list_views(store):
@@ -295,12 +302,14 @@ def view_columns(view: View, keys: dict[str, str], parent: bool, written: bool) 
     return exprs
 
 
-def check_view(store: Store, path: str, runs: dict[tuple[str, str], list[str]]) -> list[str]:
+def check_view(store: Store, path: str, runs: dict[tuple[str, str], list[str]], nonce: str | None = None) -> list[str]:
     """What is wrong with a view, checked through (for ``theseus audit``; it reads the whole
-    view): every page against its CRC, then, for each run of ``runs`` (the log's, ``{(name,
-    nonce): segment paths}``) whose segments are exactly those the view folded, its nodes, key
-    types, stamp and latest run records against the log's own fold. One line per run that
-    differs (empty when the view holds); a view that cannot be read raises CorruptSegment.
+    view): its footer's digest, every page against its CRC, then each of its runs (of run
+    ``nonce`` only, when given) against ``runs`` (the log's, ``{(name, nonce): segment paths}``):
+    a run the log lacks differs; one whose segments are exactly those the view folded has its
+    nodes, key types, stamp and latest run records compared with the log's own fold. One line
+    per run that differs (empty when the view holds); a view that cannot be read raises
+    CorruptSegment.
 
     >>> from theseus.store.store import _doc_store
     >>> store, n = _doc_store()
@@ -318,8 +327,13 @@ def check_view(store: Store, path: str, runs: dict[tuple[str, str], list[str]]) 
     frame = pl.from_arrow(table)
     found = []
     for run, number in view.runs.items():
+        if nonce is not None and run[1] != nonce:
+            continue
         paths = runs.get(run)
-        if paths is None or not view.covers(run, paths):
+        if paths is None:
+            found.append(f"{run[0]}:{run[1]} (not in the log)")
+            continue
+        if not view.covers(run, paths):
             continue  # the log changed since the view was built: readers fold this run from the log
         try:
             footers = store._footers.footers(paths)
