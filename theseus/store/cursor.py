@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.node import Node, check_nonce, decode_id, normalize_name
 from theseus.store.fold import WRITTEN, node_ids
@@ -260,12 +261,19 @@ class Cursor:
         (as ``{column: values}`` when :meth:`_plan` answers from the folds alone).
         """
         for attempt in range(_RETRIES):
+            scope = None
             try:
                 scope = Scope(self.store, self.name_glob, self.nonce_glob)
                 plan = self._plan(scope, select_keys, all_user_keys, parent, select, identity)
                 return plan.collect() if isinstance(plan, pl.LazyFrame) else plan
             except CorruptView as e:  # a view that fails its checksums: answer from the log instead
                 self.store._refuse_view(e)
+            except pl.exceptions.PanicException as e:  # Polars' scan of a view panics on some damaged pages
+                if scope is None or scope.view is None:
+                    raise
+                self.store._refuse_view(CorruptView(f"corrupt view {rootfs.url(self.store.fs, scope.view.path)} (Polars: {e}); "
+                                                    "views are derived from the log: delete it and run `theseus compact` "
+                                                    "to rebuild one", scope.view.path))
             except CorruptSegment:
                 raise
             except (FileNotFoundError, pl.exceptions.PolarsError, OSError) as e:

@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
 from theseus.store import schema
-from theseus.store.fold import DTYPES, WRITTEN, fold_run, node_ids, with_identity
+from theseus.store.fold import ARROW, DTYPES, WRITTEN, fold_run, node_ids, with_identity
 from theseus.store.segments import CorruptSegment, record_listings, union_keys
 
 if TYPE_CHECKING:
@@ -142,6 +142,10 @@ def read_view(store: Store, path: str) -> View:
         if listing is not None and not (isinstance(listing, dict) and "log" in listing and isinstance(listing.get("names"), dict)
                                         and isinstance(listing.get("runs"), list) and len(listing["runs"]) == len(names)):
             raise ValueError("its record of the log folders is malformed")
+        columns = [("name", "str"), ("nonce", "str"), ("seq", "int"), ("parent", "str"), (WRITTEN, "int"), *raw["types"].items()]
+        stored = meta.schema.to_arrow_schema()
+        if [(f.name, f.type) for f in stored] != [(c, ARROW[t]) for c, t in columns] + [(RUN, pa.int32())]:
+            raise ValueError(f"its columns ({', '.join(stored.names)[:200]}) are not those its record describes")
         digest = meta.metadata.get(VIEW_DIGEST)  # absent only in views from before it was written (version 1)
         if digest != hashlib.sha256(meta.metadata[VIEW_METADATA]).hexdigest().encode() and (
                 digest is not None or raw.get("version", 1) >= 2):
