@@ -622,13 +622,7 @@ def check_segment(fs: fsspec.AbstractFileSystem, path: str) -> pa.Table:
     """
     footer = read_footer(fs, path)
     url = rootfs.url(fs, path)
-    try:
-        with fs.open(path, "rb") as f:
-            table = pq.ParquetFile(f, metadata=footer.meta, page_checksum_verification=True).read(use_threads=False)
-    except FileNotFoundError:
-        raise
-    except Exception as e:
-        raise CorruptSegment(f"corrupt or truncated segment {url}: {e}") from e
+    table = read_columns(fs, path, footer, None)
     if footer.blocks is None:
         return table
     found, index = index_of(table)

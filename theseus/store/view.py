@@ -342,8 +342,8 @@ def check_view(store: Store, path: str, runs: dict[tuple[str, str], list[str]], 
         try:
             footers = store._footers.footers(paths)
             folded = fold_run(store.fs, list(zip(paths, footers)), view.types, parent=True, written=True, latest=RUN_KEYS)
-        except CorruptSegment:
-            continue  # the segment's own problem: audit reports it
+        except (CorruptSegment, FileNotFoundError):
+            continue  # the segment's own problem (audit reports it), or retired by a compaction since
         rows = frame.slice(view.starts[number], view.starts[number + 1] - view.starts[number])
         nodes = rows.select(view_columns(view, view.types, parent=True, written=True))
         differs = []
