@@ -1,7 +1,9 @@
 """Audit a root offline, and collect its garbage: ``theseus audit`` / ``theseus gc``.
 
-The audit reads the log once (Parquet), every checkpoint's ``MANIFEST.json`` and
-``checkpoint/index.json`` (JSON) and ``config.yaml`` (``yaml.safe_load``), and
+The audit reads the log once (Parquet: each segment as readers read it, every page
+against its CRC and its block index against its rows), every view (its CRCs, and each
+run it covers against the log's fold of that run), every checkpoint's ``MANIFEST.json``
+and ``checkpoint/index.json`` (JSON) and ``config.yaml`` (``yaml.safe_load``), and
 streams every checkpoint file once through sha256. Nothing read from the root is
 executed or unpickled (DESIGN.md invariant 4), so a root copied from a stranger
 can be audited safely; this module imports no JAX.
@@ -11,7 +13,8 @@ branch started from, the nodes a run was resumed at), the config at each
 checkpoint and what changed from the checkpoint before (or, for a branch, from
 the checkpoint it started from), and the run's status with its error. Problems
 are ``error`` (an integrity failure: a corrupt, missing or unlisted checkpoint
-file, an unreadable log segment, an inconsistent record) or ``warning`` (a failed
+file, an unreadable log segment, a corrupt view or one that disagrees with the log,
+an inconsistent record) or ``warning`` (a failed
 or unfinished run, an object folder no checkpoint record references).
 
 >>> import tempfile

@@ -37,7 +37,7 @@ class Store:
         self.fs, self._root = rootfs.open_root(root)
         self._footers = FooterCache(self.fs)
         self._views: dict[str, View] = {}  # parsed view footers by path (views are immutable)
-        self._refused: set[str] = set()  # views whose pages failed their checksums: not read again
+        self._refused: set[str] = set()  # views found damaged while read (a failed CRC): not read again
         self._listings = Listings(self._root if rootfs.is_local(self.fs) else None)  # folder listings its ctime proves
 
     @property
