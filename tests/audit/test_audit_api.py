@@ -195,7 +195,7 @@ def test_a_checkpoint_record_pointing_outside_the_root_is_not_followed(copy_root
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from theseus.store.schema import SEGMENT_SCHEMA
+    from theseus.store.schema import KEYS_METADATA, SEGMENT_SCHEMA
 
     root = copy_root()
     node = Node("general.default.evil", "abcdef", 0)
@@ -203,7 +203,8 @@ def test_a_checkpoint_record_pointing_outside_the_root_is_not_followed(copy_root
            "key": "_checkpoint", "float": None, "int": None, "bool": None, "str": "../../etc"}
     folder = os.path.join(root, "log", f"name={node.name}", f"nonce={node.nonce}")
     os.makedirs(folder)
-    pq.write_table(pa.Table.from_pylist([row], schema=SEGMENT_SCHEMA), os.path.join(folder, "s-evil.parquet"))
+    table = pa.Table.from_pylist([row], schema=SEGMENT_SCHEMA).replace_schema_metadata({KEYS_METADATA: b'{"_checkpoint": "str"}'})
+    pq.write_table(table, os.path.join(folder, "s-evil.parquet"))  # a theseus segment: readers would read it
     [problem] = audit(root).errors
     assert problem.kind == "bad-checkpoint-path" and "../../etc" in problem.message
 

@@ -1,7 +1,9 @@
 """Audit a root offline, and collect its garbage: ``theseus audit`` / ``theseus gc``.
 
-The audit reads the log once (Parquet), every checkpoint's ``MANIFEST.json`` and
-``checkpoint/index.json`` (JSON) and ``config.yaml`` (plain data: see ``trust``), and
+The audit reads the log once (Parquet: each segment as readers read it, every page
+against its CRC and its block index against its rows), every view (its CRCs, and each
+run it covers against the log's fold of that run), every checkpoint's ``MANIFEST.json``
+and ``checkpoint/index.json`` (JSON) and ``config.yaml`` (plain data: see ``trust``), and
 streams every checkpoint file once through sha256. Nothing read from the root is
 executed or unpickled (DESIGN.md invariant 4), so a root copied from a stranger
 can be audited safely; this module imports no JAX.
@@ -11,7 +13,8 @@ branch started from, the nodes a run was resumed at), the config at each
 checkpoint and what changed from the checkpoint before (or, for a branch, from
 the checkpoint it started from), and the run's status with its error. Problems
 are ``error`` (an integrity failure: a corrupt, missing or unlisted checkpoint
-file, an unreadable log segment, an inconsistent record) or ``warning`` (a failed
+file, an unreadable log segment, a corrupt view or one that disagrees with the log,
+an inconsistent record) or ``warning`` (a failed
 or unfinished run, an object folder no checkpoint record references).
 
 >>> import tempfile
@@ -44,8 +47,9 @@ from theseus.store import fs as rootfs
 from theseus.store import schema, trust
 from theseus.store.node import check_nonce, decode_id, encode_id
 from theseus.store.fold import node_ids
-from theseus.store.reader import empty_frame, latest_records, scan, value_expr
-from theseus.store.segments import list_segments, partition_ok, retry_vanished, vanished
+from theseus.store.reader import empty_frame, latest_records, value_expr
+from theseus.store.segments import check_segment, list_segments, partition_of, partition_ok, retry_vanished, vanished
+from theseus.store.view import check_view, list_views
 
 __all__ = ["AuditReport", "Change", "CheckpointAudit", "GcReport", "Problem", "Resume", "RunAudit", "audit", "flatten", "gc"]
 
@@ -261,6 +265,7 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
         check_nonce(nonce)
     problems: list[Problem] = []
     log, segments = _load_log(fs, base, nonce, problems)
+    problems += _view_problems(fs, base, nonce)
     nodes = _nodes(log)
     audited = nodes.filter(pl.col("nonce") == nonce) if nonce is not None else nodes
     problems += _identity_problems(audited)
@@ -423,6 +428,28 @@ def _read_log(fs, base: str, nonce: str | None, problems: list[Problem]) -> tupl
     return (pl.concat(frames) if frames else empty_frame().collect()), count
 
 
+def _view_problems(fs, base: str, nonce: str | None) -> list[Problem]:
+    """Every view checked through against the log (``view.check_view``): for run ``nonce`` only, when given."""
+    from theseus.store.store import Store  # the view's checks read through a Store (no cycle: store imports no audit)
+
+    store = Store(rootfs.url(fs, base))
+    runs = store._runs()
+    advice = "views are derived from the log: delete it and run `theseus compact` to rebuild one"
+    problems = []
+    for path in list_views(store):
+        rel = _rel(base, path)
+        try:
+            differs = check_view(store, path, runs, nonce)
+        except FileNotFoundError:
+            continue  # retired by a newer view meanwhile
+        except Exception as e:  # any failure to read a view is reported, never raised
+            problems.append(Problem("corrupt-view", rel, f"view {rel} cannot be read ({_first_line(e)}); {advice}"))
+            continue
+        for line in differs:
+            problems.append(Problem("view-differs", rel, f"view {rel} disagrees with the log for run {line}; {advice}"))
+    return problems
+
+
 def _decodes(node_id: str) -> bool:
     try:
         decode_id(node_id)
@@ -432,15 +459,11 @@ def _decodes(node_id: str) -> bool:
 
 
 def _read_segments(fs, base: str, paths: list[str], problems: list[Problem]) -> pl.DataFrame:
-    """Every record of ``paths`` in one read; when a segment is unreadable, each is read alone
-    and the bad ones become problems naming the file."""
+    """Every record of ``paths``, each segment read and checked the way readers read it
+    (``segments.check_segment``); the bad ones become problems naming the file."""
     if not paths:
         return empty_frame().collect()
     paths = _regular(fs, base, paths, problems)
-    try:
-        return scan(fs, paths).collect()
-    except Exception:
-        pass
     with ThreadPoolExecutor(_workers(fs, len(paths))) as pool:
         results = list(pool.map(lambda p: _read_one(fs, p), paths))
     good = []
@@ -453,7 +476,7 @@ def _read_segments(fs, base: str, paths: list[str], problems: list[Problem]) -> 
         else:
             rel = _rel(base, path)
             problems.append(Problem("unreadable-segment", rel, f"log segment {rel} cannot be read "
-                                    f"(truncated or corrupt Parquet): {_first_line(result)}"))
+                                    f"(truncated, corrupt or forged): {_first_line(result)}"))
     columns = empty_frame().collect_schema()
     return pl.concat(good) if good else pl.DataFrame(schema=columns)
 
@@ -476,10 +499,12 @@ def _regular(fs, base: str, paths: list[str], problems: list[Problem]) -> list[s
 
 def _read_one(fs, path: str) -> pl.DataFrame | Exception:
     try:
-        frame = scan(fs, [path]).collect()
-        return frame.select(empty_frame().collect_schema().names()).cast(dict(empty_frame().collect_schema()))
+        table = check_segment(fs, path)
     except Exception as e:  # any failure to read a file is reported, never raised
         return e
+    name, nonce = partition_of(path)
+    frame = pl.from_arrow(table.replace_schema_metadata(None)).with_columns(name=pl.lit(name), nonce=pl.lit(nonce))
+    return frame.select(empty_frame().collect_schema().names()).cast(dict(empty_frame().collect_schema()))
 
 
 def _first_line(error: BaseException) -> str:

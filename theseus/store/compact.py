@@ -43,7 +43,7 @@ def compact_run(store: Store, paths: list[str]) -> str | None:
             rootfs.check_inside(store.fs, store.path(), path)  # it is deleted below: never through a link
             rootfs.check_regular(store.fs, path)  # a FIFO or device would block the read or never end
             with store.fs.open(path, "rb") as f:
-                table = pq.read_table(f)
+                table = pq.read_table(f, page_checksum_verification=True)  # a flipped byte is refused, never republished
         except FileNotFoundError:
             continue  # retired by a concurrent compaction: its records live in the merged file
         except Exception as e:

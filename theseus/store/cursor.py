@@ -15,6 +15,7 @@ from theseus.store.node import Node, check_nonce, decode_id, normalize_name
 from theseus.store.fold import WRITTEN, node_ids
 from theseus.store.scope import Scope
 from theseus.store.segments import CorruptSegment, retry_vanished, vanished
+from theseus.store.view import CorruptView
 
 if TYPE_CHECKING:
     import pandas
@@ -272,13 +273,19 @@ class Cursor:
             try:
                 plan = self._plan(scope, select_keys, all_user_keys, parent, select, identity)
                 return plan.collect() if isinstance(plan, pl.LazyFrame) else plan
+            except CorruptView as e:  # a view that fails its checksums
+                self.store._ignore_view(e.path, e)
+            except pl.exceptions.PanicException as e:  # Polars' scan of a view panics on some damaged pages
+                if scope.view is None:
+                    raise
+                self.store._ignore_view(scope.view.path, e)
             except CorruptSegment:
                 raise
             except (pl.exceptions.PolarsError, OSError, pa.ArrowException) as e:
                 if scope.view is None or vanished(e):
                     raise
                 self.store._ignore_view(scope.view.path, e)  # log reads raise CorruptSegment: the view is bad
-                return run()  # answered from the log now that the view is ignored
+            return run()  # answered from the log now that the view is ignored
 
         return retry_vanished(run)
 

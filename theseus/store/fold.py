@@ -20,7 +20,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from theseus.store.segments import SMALL_SEGMENT_ROWS, Block, Footer, index_of, read_columns, sort_records
+from theseus.store import fs as rootfs
+from theseus.store.segments import SMALL_SEGMENT_ROWS, Block, CorruptSegment, Footer, index_of, read_columns, sort_records
 
 DTYPES = {"float": pl.Float64, "int": pl.Int64, "bool": pl.Boolean, "str": pl.String}
 ARROW = {"float": pa.float64(), "int": pa.int64(), "bool": pa.bool_(), "str": pa.string()}
@@ -281,7 +282,14 @@ def _block_seqs(seg: _Segment, block: Block) -> np.ndarray:
     compressed: decoding it costs more than the values; a small one is read as a check)."""
     if "seq" not in seg.columns and _seq_implied(block):
         return np.arange(block.seq_min, block.seq_max + 1, dtype=np.int64)
-    return seg.column("seq", block).to_numpy()
+    seqs = seg.column("seq", block).to_numpy()
+    # the rows read must be those the footer describes: a forged index is refused, never served
+    if (seqs[0] != block.seq_min or seqs[-1] != block.seq_max or bool((seqs[1:] < seqs[:-1]).any())
+            or np.count_nonzero(seqs[1:] != seqs[:-1]) + 1 != block.distinct):
+        raise CorruptSegment(f"segment {rootfs.url(seg.fs, seg.path)} has a bad theseus footer: its index says seqs "
+                             f"{block.seq_min}..{block.seq_max} ({block.distinct} distinct) for rows "
+                             f"{block.start}:{block.stop}, which hold seqs {seqs[0]}..{seqs[-1]}")
+    return seqs
 
 
 def _union(arrays: list[np.ndarray]) -> np.ndarray:

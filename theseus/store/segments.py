@@ -112,9 +112,11 @@ def encode(table: pa.Table, keys: dict[str, str], index: dict, codec: str = "zst
     # comparing 80k node ids costs more than all the rest of a flush, and min/max keys of a
     # one-row-group segment prune nothing. Seqs and stamps ascend within each key's block,
     # so delta encoding stores them in a few bits (a third less time to encode a 10k-step flush).
-    # One write batch per column chunk: the default 1,024-row batches cost a call each
+    # One write batch per column chunk: the default 1,024-row batches cost a call each.
+    # Every page carries a CRC, so a flipped byte is an error, not a changed value
     with pq.ParquetWriter(sink, schema, compression=compression, store_schema=False, write_batch_size=1 << 20,
-                          use_dictionary=_DICTIONARY, write_statistics=_STATISTICS, column_encoding=_DELTA) as w:
+                          use_dictionary=_DICTIONARY, write_statistics=_STATISTICS, column_encoding=_DELTA,
+                          write_page_checksum=True) as w:
         w.write_table(table, row_group_size=1 << 20)
         w.add_key_value_metadata({
             KEYS_METADATA.decode(): json.dumps(keys, sort_keys=True),
@@ -553,18 +555,92 @@ def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> Footer:
         raise CorruptSegment(f"not a segment: {e}") from e
     except Exception as e:
         raise CorruptSegment(f"corrupt or truncated segment {rootfs.url(fs, path)}: {e}") from e
+    return parse_footer(meta, rootfs.url(fs, path))
+
+
+def parse_footer(meta: pq.FileMetaData, url: str) -> Footer:
+    """A segment's footer from its parsed Parquet metadata, checked against the file before any
+    reader trusts it; anything wrong is a CorruptSegment naming ``url``.
+
+    The checks use only the metadata already parsed (no data is read): the columns and their
+    types, the keys' types, and the block index (ints, tiling the file's rows once, seq ranges
+    that hold their distinct counts). The fold checks each block's seqs against the rows it
+    reads; :func:`check_segment` (audit) checks the whole index against every row. Row-group
+    statistics are not consulted: pyarrow aborts the process on some corrupt ones.
+
+    >>> t = pa.table({"node": ["n0"], "seq": [0], "parent": [None], "stamp": [5], "writer": ["w"], "key": ["a"],
+    ...               "float": [1.0], "int": [None], "bool": [None], "str": [None]}, schema=SEGMENT_SCHEMA)
+    >>> keys, index = index_of(t)
+    >>> parse_footer(pq.read_metadata(pa.BufferReader(encode(t, keys, index))), "s.parquet").blocks["a"]
+    Block(start=0, stop=1, seq_min=0, seq_max=0, distinct=1, columns=('float',))
+    >>> index["blocks"]["a"][1] = 10**12  # a forged row count
+    >>> parse_footer(pq.read_metadata(pa.BufferReader(encode(t, keys, index))), "s.parquet")
+    Traceback (most recent call last):
+    ...
+    theseus.store.segments.CorruptSegment: segment s.parquet has a bad theseus footer: key 'a': rows 0:1000000000000 outside the file's 1 rows
+    """
     kv = meta.metadata or {}
     raw = kv.get(KEYS_METADATA)
     if raw is None:
-        raise CorruptSegment(f"segment {rootfs.url(fs, path)} has no '{KEYS_METADATA.decode()}' footer: not a theseus segment")
+        raise CorruptSegment(f"segment {url} has no '{KEYS_METADATA.decode()}' footer: not a theseus segment")
     try:
         keys = json.loads(raw)
         index = json.loads(kv[INDEX_METADATA]) if INDEX_METADATA in kv else None
-        blocks = None if index is None else {k: Block(*b[:5], tuple(b[5])) for k, b in index["blocks"].items()}
-        stamps = None if index is None or index["stamps"] is None else tuple(index["stamps"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise CorruptSegment(f"segment {rootfs.url(fs, path)} has a malformed theseus footer: {e}") from e
+    except ValueError as e:
+        raise CorruptSegment(f"segment {url} has a malformed theseus footer (not JSON): {e}") from e
+    try:
+        blocks, stamps = _check_footer(meta, keys, index)
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise CorruptSegment(f"segment {url} has a bad theseus footer: {e}") from e
     return Footer(keys, blocks, stamps, meta.num_rows, meta)
+
+
+def _check_footer(meta: pq.FileMetaData, keys, index) -> tuple[dict[str, Block] | None, tuple[int, int] | None]:
+    """The blocks and stamp range of a footer, after checking them against the file's metadata."""
+    schema = meta.schema.to_arrow_schema()
+    for f in SEGMENT_SCHEMA:
+        if schema.get_field_index(f.name) < 0 or schema.field(f.name).type != f.type:
+            raise ValueError(f"column {f.name!r} is missing or not {f.type}")
+    if not isinstance(keys, dict) or not all(isinstance(k, str) and t in TYPES for k, t in keys.items()):
+        raise ValueError(f"the keys are not {{key: one of {', '.join(TYPES)}}}")
+    if index is None:  # no block index (written by hand or by an older theseus): readers index the rows
+        return None, None
+    rows = meta.num_rows
+    blocks, covered = {}, []
+    for key, b in index["blocks"].items():
+        if not (isinstance(b, list) and len(b) == 6 and all(type(x) is int for x in b[:5]) and isinstance(b[5], list)
+                and all(c in TYPES for c in b[5])):
+            raise ValueError(f"key {key!r}: block {str(b)[:80]} is not [start, stop, seq_min, seq_max, distinct, [columns]]")
+        block = Block(*b[:5], tuple(b[5]))
+        if not 0 <= block.start < block.stop <= rows:
+            raise ValueError(f"key {key!r}: rows {block.start}:{block.stop} outside the file's {rows} rows")
+        if not 0 <= block.seq_min <= block.seq_max or not 1 <= block.distinct <= min(block.stop - block.start,
+                                                                                       block.seq_max - block.seq_min + 1):
+            raise ValueError(f"key {key!r}: seqs {block.seq_min}..{block.seq_max} with {block.distinct} distinct "
+                             f"in {block.stop - block.start} rows")
+        if key in keys and block.columns and _merged(block.columns) != keys[key]:
+            raise ValueError(f"key {key!r}: declared {keys[key]} but stored in {', '.join(block.columns)}")
+        blocks[key] = block
+        covered.append((block.start, block.stop))
+    # every row is in exactly one block: the blocks tile 0..rows
+    covered.sort()
+    if sum(stop - start for start, stop in covered) != rows or any(a[1] > b[0] for a, b in zip(covered, covered[1:])):
+        raise ValueError(f"the blocks do not cover the file's {rows} rows once each")
+    if any(k not in blocks for k in keys):
+        raise ValueError(f"keys {sorted(k for k in keys if k not in blocks)[:5]} have no block")
+    stamps = index["stamps"]
+    if rows == 0 and stamps is None:
+        return blocks, None
+    if not (isinstance(stamps, list) and len(stamps) == 2 and all(type(x) is int for x in stamps) and stamps[0] <= stamps[1]):
+        raise ValueError(f"stamps {str(stamps)[:80]} are not [min, max]")
+    return blocks, (stamps[0], stamps[1])
+
+
+def _merged(columns: tuple[str, ...]) -> str:
+    kind = columns[0]
+    for c in columns[1:]:
+        kind = merge_types(kind, c)
+    return kind
 
 
 def read_keys(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, str]:
@@ -581,8 +657,9 @@ def read_columns(fs: fsspec.AbstractFileSystem, path: str, footer: Footer, colum
         else:
             source = pa.BufferReader(fs.cat_file(path))
         with source:
-            # one column chunk read at a time (no pre-buffering): less to copy
-            file = pq.ParquetFile(source, metadata=footer.meta, pre_buffer=False)
+            # one column chunk read at a time (no pre-buffering): less to copy; pages checked
+            # against their CRCs (segments written before theseus wrote CRCs have none to check)
+            file = pq.ParquetFile(source, metadata=footer.meta, pre_buffer=False, page_checksum_verification=True)
             if groups is None or len(groups) == file.metadata.num_row_groups:
                 return file.read(columns=columns, use_threads=False)
             return file.read_row_groups(groups, columns=columns, use_threads=False)
@@ -592,6 +669,41 @@ def read_columns(fs: fsspec.AbstractFileSystem, path: str, footer: Footer, colum
         if not rootfs.is_local(fs) or os.path.exists(path):
             raise CorruptSegment(f"corrupt or truncated segment {rootfs.url(fs, path)}: {e}") from e
         raise FileNotFoundError(path) from e
+
+
+def check_segment(fs: fsspec.AbstractFileSystem, path: str) -> pa.Table:
+    """Every row of a segment, read the way readers read it and checked through: its footer
+    (:func:`parse_footer`), every page against its checksum, and its block index against the
+    rows (each key's rows where the index says, in (seq, stamp, writer) order). Anything wrong
+    is a CorruptSegment naming the file. For ``theseus audit``: it reads the whole file.
+
+    >>> from theseus.store.store import _doc_store
+    >>> store, n = _doc_store()
+    >>> check_segment(store.fs, store._segments()[0])["float"].to_pylist()
+    [1.5]
+    """
+    footer = read_footer(fs, path)
+    url = rootfs.url(fs, path)
+    table = read_columns(fs, path, footer, None)
+    if footer.blocks is None:
+        return table
+    found, index = index_of(table)
+    blocks = {k: Block(*b[:5], tuple(b[5])) for k, b in index["blocks"].items()}
+    stamps = tuple(index["stamps"]) if index["stamps"] else None
+    for key, block in footer.blocks.items():
+        rows = table.slice(block.start, block.stop - block.start).select(["seq", "stamp", "writer"])
+        if blocks.get(key) != block or not _ascending(rows):
+            raise CorruptSegment(f"segment {url} has a bad theseus footer: its index says {block} for key {key!r}, "
+                                 f"but the rows are {blocks.get(key)}" + ("" if blocks.get(key) != block else " out of order"))
+    if len(blocks) != len(footer.blocks) or found != footer.keys or stamps != footer.stamps:
+        raise CorruptSegment(f"segment {url} has a bad theseus footer: its keys or stamps differ from its rows'")
+    return table
+
+
+def _ascending(rows: pa.Table) -> bool:
+    """True when ``rows`` are in (seq, stamp, writer) order."""
+    order = pc.sort_indices(rows, [(c, "ascending") for c in rows.column_names]).to_numpy()
+    return bool((order == np.arange(len(order))).all())
 
 
 class FooterCache:

@@ -15,12 +15,14 @@ as well folds those on top (``Scope``), and any other run folds from the log.
 The log stays the only source of truth: a view is written by ``compact()`` from
 the log alone, published atomically under a unique name (never rewritten), and
 older views are deleted only after a newer one is published (readers that lose
-the race re-list and retry). Deleting every view loses nothing; ``theseus audit``
-may ignore the folder.
+the race re-list and retry). Deleting every view loses nothing. Its pages carry
+CRCs (checked by the readers' row-group reads and by ``theseus audit``, which also
+compares each view with the log's fold: :func:`check_view`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -37,7 +39,7 @@ import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
 from theseus.store import schema
-from theseus.store.fold import DTYPES, WRITTEN, fold_run, node_ids, with_identity
+from theseus.store.fold import ARROW, DTYPES, WRITTEN, fold_run, node_ids, with_identity
 from theseus.store.segments import CorruptSegment, record_listings, union_keys
 
 if TYPE_CHECKING:
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
 
 VIEW = "view"
 VIEW_METADATA = b"theseus.view"
+VIEW_DIGEST = b"theseus.view.sha256"  # of the VIEW_METADATA text: page CRCs do not cover the footer
 RUN = "_run"
 ROW_GROUP = 16384
 FEW_RUNS = 8  # up to this many runs are read by row group with the cached footer
@@ -86,6 +89,14 @@ class View:
         return {k: tuple(v[number]) for k, v in self.latest_records.items() if v[number] is not None}
 
 
+class CorruptView(CorruptSegment):
+    """A view whose data fails its checksums; ``path`` names it, so readers can stop using it."""
+
+    def __init__(self, message: str, path: str):
+        super().__init__(message)
+        self.path = path
+
+
 def view_name(stamp: int, writer: str) -> str:
     """A unique view file name that sorts by creation time.
 
@@ -119,7 +130,7 @@ def read_view(store: Store, path: str) -> View:
     try:
         rootfs.check_regular(store.fs, path)  # a FIFO or device named like a view would block or never end
         if rootfs.is_local(store.fs):
-            file = pq.ParquetFile(path)  # kept open: queries read row groups through it
+            file = pq.ParquetFile(path, page_checksum_verification=True)  # kept open: queries read row groups through it
             meta = file.metadata
         else:
             file = None
@@ -132,6 +143,14 @@ def read_view(store: Store, path: str) -> View:
         if listing is not None and not (isinstance(listing, dict) and "log" in listing and isinstance(listing.get("names"), dict)
                                         and isinstance(listing.get("runs"), list) and len(listing["runs"]) == len(names)):
             raise ValueError("its record of the log folders is malformed")
+        columns = [("name", "str"), ("nonce", "str"), ("seq", "int"), ("parent", "str"), (WRITTEN, "int"), *raw["types"].items()]
+        stored = meta.schema.to_arrow_schema()
+        if [(f.name, f.type) for f in stored] != [(c, ARROW[t]) for c, t in columns] + [(RUN, pa.int32())]:
+            raise ValueError(f"its columns ({', '.join(stored.names)[:200]}) are not those its record describes")
+        digest = meta.metadata.get(VIEW_DIGEST)  # absent only in views from before it was written (version 1)
+        if digest != hashlib.sha256(meta.metadata[VIEW_METADATA]).hexdigest().encode() and (
+                digest is not None or raw.get("version", 1) >= 2):
+            raise ValueError(f"its record of what it folded does not match its {VIEW_DIGEST.decode()} (a changed byte)")
         return View(
             path=path,
             types=raw["types"],
@@ -171,11 +190,18 @@ def scan_view(store: Store, view: View, numbers: list[int] | None = None, column
             columns = [c for c in columns if c not in ("name", "nonce")]
         groups = sorted({g for lo, hi in spans for g in range(np.searchsorted(starts, lo, "right") - 1,
                                                               np.searchsorted(starts, hi - 1, "right"))})
-        if view.file is not None:
-            table = view.file.read_row_groups(groups, columns, use_threads=False)
-        else:
-            with store.fs.open(view.path, "rb") as f:
-                table = pq.ParquetFile(f, metadata=view.meta).read_row_groups(groups, columns, use_threads=False)
+        try:
+            if view.file is not None:
+                table = view.file.read_row_groups(groups, columns, use_threads=False)
+            else:
+                with store.fs.open(view.path, "rb") as f:
+                    file = pq.ParquetFile(f, metadata=view.meta, page_checksum_verification=True)
+                    table = file.read_row_groups(groups, columns, use_threads=False)
+        except FileNotFoundError:
+            raise
+        except Exception as e:  # a page that fails its CRC: the view is derived, readers fold from the log
+            raise CorruptView(f"corrupt view {rootfs.url(store.fs, view.path)} ({e}); views are derived from the log: "
+                              "delete it and run `theseus compact` to rebuild one", view.path) from e
         base = dict(zip(groups, np.cumsum([0] + [starts[g + 1] - starts[g] for g in groups]).tolist()))
         parts = []
         for number, (lo, hi) in zip(numbers, spans):
@@ -234,16 +260,18 @@ def build_view(store: Store) -> str | None:
     usual = pl.when(pl.col("seq") > 0).then(node_ids(pl.col("name"), pl.col("nonce"), pl.col("seq") - 1))
     frame = frame.with_columns(
         pl.when(pl.col("parent").eq_missing(usual)).then(None).otherwise(pl.col("parent").fill_null("")).alias("parent"))
-    meta = {"version": 1, "types": types, "runs": index, "signatures": [json.loads(s) for s in signatures], "listing": listing}
+    meta = {"version": 2, "types": types, "runs": index, "signatures": [json.loads(s) for s in signatures], "listing": listing}
     table = frame.to_arrow()
     sink = io.BytesIO()
     # no Arrow schema in the footer (it would repeat the metadata), statistics where they prune
     # float values hardly compress and are what a top-k reads: stored plain, the rest zstd
     compression = {f.name: "none" if f.type == pa.float64() else "zstd" for f in table.schema}
-    with pq.ParquetWriter(sink, table.schema, compression=compression, store_schema=False,
+    # every page carries a CRC: a flipped byte is found (audit, row-group reads), never served as a value
+    with pq.ParquetWriter(sink, table.schema, compression=compression, store_schema=False, write_page_checksum=True,
                           write_statistics=["name", "nonce", "seq", RUN, *[k for k, t in types.items() if t != "str"]]) as w:
         w.write_table(table, row_group_size=ROW_GROUP)
-        w.add_key_value_metadata({VIEW_METADATA.decode(): json.dumps(meta, separators=(",", ":"))})
+        text = json.dumps(meta, separators=(",", ":"))
+        w.add_key_value_metadata({VIEW_METADATA.decode(): text, VIEW_DIGEST.decode(): hashlib.sha256(text.encode()).hexdigest()})
     path = store.path(VIEW, view_name(stamp, secrets.token_hex(4)))
     rootfs.publish(store.fs, path, sink.getvalue())
     for old in list_views(store):
@@ -278,3 +306,57 @@ def view_columns(view: View, keys: dict[str, str], parent: bool, written: bool) 
         else:
             exprs.append(pl.col(key))
     return exprs
+
+
+def check_view(store: Store, path: str, runs: dict[tuple[str, str], list[str]], nonce: str | None = None) -> list[str]:
+    """What is wrong with a view, checked through (for ``theseus audit``; it reads the whole
+    view): its footer's digest, every page against its CRC, then each of its runs (of run
+    ``nonce`` only, when given) against ``runs`` (the log's, ``{(name, nonce): segment paths}``):
+    a run the log lacks differs; one whose segments are exactly those the view folded has its
+    nodes, key types, stamp and latest run records compared with the log's own fold. One line
+    per run that differs (empty when the view holds); a view that cannot be read raises
+    CorruptSegment.
+
+    >>> from theseus.store.store import _doc_store
+    >>> store, n = _doc_store()
+    >>> check_view(store, build_view(store), store._runs())
+    []
+    """
+    view = read_view(store, path)
+    try:
+        with store.fs.open(path, "rb") as f:
+            table = pq.ParquetFile(f, metadata=view.meta, page_checksum_verification=True).read(use_threads=False)
+    except FileNotFoundError:
+        raise
+    except Exception as e:
+        raise CorruptView(f"corrupt view {rootfs.url(store.fs, path)}: {e}", path) from e
+    frame = pl.from_arrow(table)
+    found = []
+    for run, number in view.runs.items():
+        if nonce is not None and run[1] != nonce:
+            continue
+        paths = runs.get(run)
+        if paths is None:
+            found.append(f"{run[0]}:{run[1]} (not in the log)")
+            continue
+        if not view.covers(run, paths):
+            continue  # the log changed since the view was built: readers fold this run from the log
+        try:
+            footers = store._footers.footers(paths)
+            folded = fold_run(store.fs, list(zip(paths, footers)), view.types, parent=True, written=True, latest=RUN_KEYS)
+        except (CorruptSegment, FileNotFoundError):
+            continue  # the segment's own problem (audit reports it), or retired by a compaction since
+        rows = frame.slice(view.starts[number], view.starts[number + 1] - view.starts[number])
+        nodes = rows.select(view_columns(view, view.types, parent=True, written=True))
+        differs = []
+        if not nodes.equals(with_identity(folded.frame, *run)) or not (rows[RUN] == number).all():
+            differs.append("nodes")
+        if view.keys(number) != union_keys(f.keys for f in footers):
+            differs.append("key types")
+        if view.stamps[number] != max(f.stamps[1] if f.stamps else 2**63 - 1 for f in footers):
+            differs.append("stamp")
+        if view.latest(number) != {k: tuple(v) for k, v in folded.latest.items()}:
+            differs.append("latest records")
+        if differs:
+            found.append(f"{run[0]}:{run[1]} ({', '.join(differs)} differ from the log's fold)")
+    return found
