@@ -173,26 +173,38 @@ def test_a_flipped_byte_in_a_view_is_audited_and_never_served(tmp_path):
     compacted_root(tmp_path)
     [view] = os.listdir(tmp_path / "view")
     flip(str(tmp_path / "view" / view), 101.25)  # run 1, seq 1: neither the smallest nor the largest loss
-    code, output = audit_cli(tmp_path)
-    assert code == 1 and view in output, output
+    expected = [0.25, 1.25, 2.25, 100.25, 101.25, 102.25, 200.25, 201.25, 202.25]
     with logged_warnings() as warned:
         losses = Store(tmp_path).find().sort("loss").select(keys=["loss"])
-    assert [row["loss"] for row in losses] == [0.25, 1.25, 2.25, 100.25, 101.25, 102.25, 200.25, 201.25, 202.25]
+    assert [row["loss"] for row in losses] == expected
     assert any(view in w for w in warned), warned
+    code, output = audit_cli(tmp_path)
+    assert code == 1 and view in output and "marked rejected" in output, output
+    losses = Store(tmp_path).find().sort("loss").select(keys=["loss"])
+    assert [row["loss"] for row in losses] == expected
 
 
-def test_a_view_that_disagrees_with_the_log_is_audited(tmp_path):
-    """A view rewritten with a changed value (its checksums valid) is named by audit."""
-    compacted_root(tmp_path)
+def test_a_view_that_disagrees_with_the_log_is_audited_ignored_and_replaced(tmp_path):
+    """A view rewritten with a changed value (its checksums valid) is named by audit; from then on
+    readers skip it, and the next compaction replaces it."""
+    compacted_root(tmp_path, runs=10)  # enough runs for a whole-root query to read the view
     [view] = os.listdir(tmp_path / "view")
     path = str(tmp_path / "view" / view)
     table = pq.read_table(path)
     loss = table["loss"].to_numpy().copy()
+    changed = loss[4]
     loss[4] = -1.0
     table = table.set_column(table.schema.get_field_index("loss"), "loss", [loss])
     pq.write_table(table, path, write_page_checksum=True)
+    assert -1.0 in [r["loss"] for r in Store(tmp_path).find().select(keys=["loss"])]  # served until audited
     code, output = audit_cli(tmp_path)
-    assert code == 1 and view in output and "disagrees with the log" in output, output
+    assert code == 1 and view in output and "disagrees with the log" in output and "marked rejected" in output, output
+    losses = [r["loss"] for r in Store(tmp_path).find().select(keys=["loss"])]
+    assert -1.0 not in losses and changed in losses
+    Store(tmp_path).compact()
+    assert sorted(os.listdir(tmp_path / "view")) != [view, view + ".rejected"] and len(os.listdir(tmp_path / "view")) == 1
+    code, output = audit_cli(tmp_path)
+    assert code == 0, output
 
 
 def test_a_flipped_byte_in_a_views_record_is_audited_and_loses_no_run(tmp_path):

@@ -49,7 +49,7 @@ from theseus.store.node import check_nonce, decode_id, encode_id
 from theseus.store.fold import node_ids
 from theseus.store.reader import empty_frame, latest_records, value_expr
 from theseus.store.segments import check_segment, list_segments, partition_of, partition_ok, retry_vanished, vanished
-from theseus.store.view import check_view, list_views
+from theseus.store.view import check_view, list_views, reject_view
 
 __all__ = ["AuditReport", "Change", "CheckpointAudit", "GcReport", "Problem", "Resume", "RunAudit", "audit", "flatten", "gc"]
 
@@ -434,7 +434,7 @@ def _view_problems(fs, base: str, nonce: str | None) -> list[Problem]:
 
     store = Store(rootfs.url(fs, base))
     runs = store._runs()
-    advice = "views are derived from the log: delete it and run `theseus compact` to rebuild one"
+    advice = "readers skip it from now on (marked rejected) and `theseus compact` rebuilds it from the log"
     problems = []
     for path in list_views(store):
         rel = _rel(base, path)
@@ -443,11 +443,21 @@ def _view_problems(fs, base: str, nonce: str | None) -> list[Problem]:
         except FileNotFoundError:
             continue  # retired by a newer view meanwhile
         except Exception as e:  # any failure to read a view is reported, never raised
-            problems.append(Problem("corrupt-view", rel, f"view {rel} cannot be read ({_first_line(e)}); {advice}"))
-            continue
-        for line in differs:
-            problems.append(Problem("view-differs", rel, f"view {rel} disagrees with the log for run {line}; {advice}"))
+            found = [Problem("corrupt-view", rel, f"view {rel} cannot be read ({_first_line(e)})")]
+        else:
+            found = [Problem("view-differs", rel, f"view {rel} disagrees with the log for run {line}") for line in differs]
+        if found:
+            problems += _rejected(store, path, found, advice)
     return problems
+
+
+def _rejected(store, path: str, found: list[Problem], advice: str) -> list[Problem]:
+    """Mark the view ``path`` rejected (readers skip it); ``found`` with what became of it appended."""
+    try:
+        reject_view(store, path, "\n".join(p.message for p in found))
+    except OSError as e:  # a read-only root: reported, and readers keep reading the view
+        advice = f"it could not be marked rejected ({_first_line(e)}): delete it and run `theseus compact`"
+    return [dataclasses.replace(p, message=f"{p.message}; {advice}") for p in found]
 
 
 def _decodes(node_id: str) -> bool:

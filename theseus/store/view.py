@@ -17,7 +17,9 @@ the log alone, published atomically under a unique name (never rewritten), and
 older views are deleted only after a newer one is published (readers that lose
 the race re-list and retry). Deleting every view loses nothing. Its pages carry
 CRCs (checked by the readers' row-group reads and by ``theseus audit``, which also
-compares each view with the log's fold: :func:`check_view`).
+compares each view with the log's fold: :func:`check_view`). A view audit finds damaged
+or disagreeing with the log gets a marker, ``<view>.rejected`` (:func:`reject_view`):
+readers skip a marked view and the next ``compact()`` replaces it.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
 
 VIEW = "view"
 VIEW_METADATA = b"theseus.view"
+REJECTED = ".rejected"  # suffix of the marker beside a view audit found wrong: readers skip that view
 VIEW_DIGEST = b"theseus.view.sha256"  # of the VIEW_METADATA text: page CRCs do not cover the footer
 RUN = "_run"
 ROW_GROUP = 16384
@@ -107,22 +110,47 @@ def view_name(stamp: int, writer: str) -> str:
 
 
 def list_views(store: Store) -> list[str]:
-    """Published view paths, oldest first (temporaries never match).
+    """Published view paths, oldest first (temporaries never match, nor views marked rejected).
 
     >>> import tempfile
     >>> from theseus.store import Store
     >>> list_views(Store(tempfile.mkdtemp()))
     []
     """
+    names = _view_names(store)
+    return [store.path(VIEW, n) for n in sorted(names) if _is_view(n) and n + REJECTED not in names]
+
+
+def reject_view(store: Store, path: str, reason: str) -> None:
+    """Mark the view ``path`` rejected (``reason`` is the marker's text): readers skip it from now on,
+    and the next ``compact()`` replaces it and removes both.
+
+    >>> import tempfile
+    >>> from theseus.store import Node, Store
+    >>> store = Store(tempfile.mkdtemp())
+    >>> with store.writer() as w:
+    ...     w.write(Node.start("doc-view"), {"loss": 1.0})
+    >>> _ = store.compact()
+    >>> [view] = list_views(store)
+    >>> reject_view(store, view, "disagrees with the log")
+    >>> list_views(store)
+    []
+    """
+    rootfs.publish(store.fs, path + REJECTED, reason.encode())
+
+
+def _view_names(store: Store) -> set[str]:
     folder = store.path(VIEW)
     try:
         if rootfs.is_local(store.fs):
-            names = os.listdir(folder)
-        else:
-            names = [p.rsplit("/", 1)[-1] for p in store.fs.ls(folder, detail=False, refresh=True)]
+            return set(os.listdir(folder))
+        return {p.rsplit("/", 1)[-1] for p in store.fs.ls(folder, detail=False, refresh=True)}
     except FileNotFoundError:
-        return []
-    return [f"{folder}/{n}" for n in sorted(names) if n.startswith("v-") and n.endswith(".parquet")]
+        return set()
+
+
+def _is_view(name: str) -> bool:
+    return name.startswith("v-") and name.endswith(".parquet")
 
 
 def read_view(store: Store, path: str) -> View:
@@ -274,8 +302,13 @@ def build_view(store: Store) -> str | None:
         w.add_key_value_metadata({VIEW_METADATA.decode(): text, VIEW_DIGEST.decode(): hashlib.sha256(text.encode()).hexdigest()})
     path = store.path(VIEW, view_name(stamp, secrets.token_hex(4)))
     rootfs.publish(store.fs, path, sink.getvalue())
-    for old in list_views(store):
-        if old < path or old in store._bad_views:  # older, or unreadable (whatever its name)
+    names = _view_names(store)
+    for name in sorted(names, key=lambda n: n.endswith(REJECTED)):  # views first, then their markers
+        old = store.path(VIEW, name)
+        view = name.removesuffix(REJECTED)
+        retire = _is_view(view) and old != path and (
+            view + REJECTED in names or store.path(VIEW, view) < path or store.path(VIEW, view) in store._bad_views)
+        if retire:  # older, unreadable or rejected (whatever its name), and a marker once its view is gone
             try:
                 store.fs.rm_file(old)
             except FileNotFoundError:
