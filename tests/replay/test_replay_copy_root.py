@@ -28,7 +28,7 @@ def original(tmp_path_factory):
     continuation in the original place: (original, snapshot, nonce, (losses, params hash, state hash))."""
     base = tmp_path_factory.mktemp("copy-root")
     orig, snapshot = str(base / "orig"), str(base / "snapshot")
-    # one layer, one checkpoint: few files, since the GCS emulator takes ~0.5 s per object
+    # one layer, one checkpoint: few files, since the GCS emulator is slow per object
     nonce = train_run(orig, steps=STEPS, checkpoint_interval=STEPS, layers=1)
     shutil.copytree(orig, snapshot)
     reference = continue_run(orig, nonce, MORE)

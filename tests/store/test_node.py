@@ -87,9 +87,9 @@ def test_id_columns_match_each_nodes_ids(plan):
             node = Node(start.name, start.nonce, seq * 10**12).next()
         made.append(node)
         entries.append(node.seq if kind in (0, 3) else node)  # the writer keeps next()'s nodes as seqs
-    seqs, given, rows_of = split_runs(entries, (start.name, start.nonce))
+    seqs, set_parents, rows_of = split_runs(entries, (start.name, start.nonce))
     assert rows_of == {(start.name, start.nonce): None}
-    ids, parents = lineage_columns(start.name, start.nonce, seqs, given)
+    ids, parents = lineage_columns(start.name, start.nonce, seqs, set_parents)
     assert seqs.tolist() == [n.seq for n in made]
     assert ids.to_pylist() == [n.id for n in made]
     assert parents.to_pylist() == [n.parent for n in made]

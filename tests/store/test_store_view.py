@@ -10,7 +10,7 @@ import pytest
 from loguru import logger
 
 from theseus.store import Node, Store
-from theseus.store.scope import FEW_SEGMENTS, Scope
+from theseus.store.scope import MAX_LOG_FOLD_SEGMENTS, Scope
 from theseus.store.view import VIEW_METADATA, list_views
 
 
@@ -178,13 +178,13 @@ def test_a_lineage_of_few_segments_folds_from_the_log_and_answers_as_the_view(tm
         write_steps(store, n, 3)
     store.compact()
     many = Node.start("proj.view.many")
-    for i in range(FEW_SEGMENTS + 1):  # more segments than FEW_SEGMENTS: the view is read
+    for i in range(MAX_LOG_FOLD_SEGMENTS + 1):  # more segments than MAX_LOG_FOLD_SEGMENTS: the view is read
         with store.writer() as w:
             w.write(many.next() if i else many, {"loss": float(i)})
     store.compact(nonce="zzzzzz")  # nothing merged; the view is rebuilt to cover the new run
     assert Scope(store, nonce=nodes[0].nonce).view is None
     assert Scope(store, nonce=many.nonce).in_view  # read from the view
-    assert store.find().nonce(many.nonce).select(keys=["loss"]) == [{"loss": 0.0}, {"loss": float(FEW_SEGMENTS)}]
+    assert store.find().nonce(many.nonce).select(keys=["loss"]) == [{"loss": 0.0}, {"loss": float(MAX_LOG_FOLD_SEGMENTS)}]
     for n in nodes:
         narrow = store.find().nonce(n.nonce).select(keys=["loss"])
         wide = [r for r, m in zip(store.find().select(keys=["loss"]), store.find().has("loss").all())
@@ -193,7 +193,8 @@ def test_a_lineage_of_few_segments_folds_from_the_log_and_answers_as_the_view(tm
 
 
 def test_a_segment_without_block_index_is_read_and_compacted(tmp_path):
-    """Segments written by hand (or an older theseus) carry only the keys footer: still read."""
+    """Segments written by hand (or another tool) carry only the keys footer (the block index is optional):
+    still read."""
     import json
 
     import pyarrow as pa
@@ -256,7 +257,7 @@ def test_a_query_over_many_runs_scans_the_view(root):
 
 def test_required_and_nullable_segments_read_together(root):
     """The writer stores the columns every record fills (node, seq, stamp, writer, key) as
-    required in large segments; small ones and an older theseus store them nullable. Segments
+    required in large segments; small ones, and other writers of the format, store them nullable. Segments
     of both kinds in one run read together, through theseus (log, Polars plan, compaction) and
     raw pandas and Polars."""
     import io
@@ -278,12 +279,12 @@ def test_required_and_nullable_segments_read_together(root):
     (first, second) = sorted(store._segments())
     required = [[f.name for f in pq.read_schema(io.BytesIO(store.fs.cat_file(p))) if not f.nullable] for p in (first, second)]
     assert required == [["node", "seq", "stamp", "writer", "key"], []]  # a small segment keeps the plain schema
-    # rewrite the first segment as an older theseus wrote it: every column nullable
+    # rewrite the first segment with every column nullable, as the schema allows
     table = pq.read_table(io.BytesIO(store.fs.cat_file(first)))
     assert not table.schema.field("seq").nullable
-    legacy = table.cast(SEGMENT_SCHEMA.with_metadata(table.schema.metadata))
+    nullable = table.cast(SEGMENT_SCHEMA.with_metadata(table.schema.metadata))
     sink = io.BytesIO()
-    pq.write_table(legacy, sink)
+    pq.write_table(nullable, sink)
     store.fs.rm(first)
     rootfs.publish(store.fs, first, sink.getvalue())
     assert pq.read_schema(io.BytesIO(store.fs.cat_file(first))).field("seq").nullable

@@ -67,7 +67,7 @@ def test_pending_records_of_a_next_chain_hold_no_collected_objects(tmp_path):
             w.write(node, {k: step + 0.5 for k in keys})
         gc.collect()
         grown = len(gc.get_objects()) - before
-    assert grown < 100, grown  # keeping each record's node: ~4,000; the older tuple-per-record buffer: ~8,000
+    assert grown < 100, grown  # an object kept per record would grow by thousands
     assert store.find().nonce(node.nonce).last() == node
     assert [n.parent for n in store.find().nonce(node.nonce).all()[:2]] == [None, Node(node.name, node.nonce, 0).id]
 

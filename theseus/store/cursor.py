@@ -314,8 +314,9 @@ class Cursor:
             rows = list(select_keys)  # select() drops nodes holding none of its keys
         else:
             rows = None
-        plain = not (self.node_filters or self.run_filters or self.sorts or self.only_latest or self.limit_n is not None)
-        if select and select_keys and not identity and plain:
+        select_only = not (self.node_filters or self.run_filters or self.sorts or self.only_latest
+                           or self.limit_n is not None)
+        if select and select_keys and not identity and select_only:
             folded = scope.log_values(fold_keys, select_keys)
             if folded is not None:
                 return folded

@@ -110,7 +110,7 @@ def fold_values(fs: fsspec.AbstractFileSystem, segments: list[tuple[str, Footer]
 
 def python_values(values: pa.Array) -> list:
     """An Arrow array's values as a Python list (None for nulls); numbers without nulls go
-    through numpy, several times faster than Arrow's own ``to_pylist``.
+    through numpy, faster than Arrow's own ``to_pylist``.
 
     >>> python_values(pa.array([1.5, 2.0])), python_values(pa.array([1, None])), python_values(pa.array(["a"]))
     ([1.5, 2.0], [1, None], ['a'])
@@ -171,7 +171,7 @@ class _Segment:
         self.table: pa.Table | None = None
         self.columns: set[str] = set()
         self.groups: set[int] = set()
-        if footer.blocks is None:  # no block index (written by hand or an older theseus): sort in memory
+        if footer.blocks is None:  # no block index (the index is optional in the format): sort in memory
             self.table = sort_records(read_columns(fs, path, footer, None))
             found, index = index_of(self.table)
             blocks = {k: Block(*b[:5], tuple(b[5])) for k, b in index["blocks"].items()}

@@ -296,11 +296,11 @@ def _base64url(raw: np.ndarray) -> np.ndarray:
 
 
 def lineage_columns(name: str, nonce: str, seqs: np.ndarray,
-                    given: dict[int, str | None] | None = None) -> tuple[pa.DictionaryArray, pa.DictionaryArray]:
+                    set_parents: dict[int, str | None] | None = None) -> tuple[pa.DictionaryArray, pa.DictionaryArray]:
     """Ids and parent ids of the nodes ``seqs`` of one lineage, as dictionary arrays over one dictionary.
 
     A node's parent is the node one seq before it (as :meth:`Node.next` makes it), except
-    at the rows in ``given``: ``{row: parent id, or None for no parent}``.
+    at the rows in ``set_parents``: ``{row: parent id, or None for no parent}``.
 
     >>> ids, parents = lineage_columns("a.b.c", "949e88", np.array([0, 1, 2]), {0: None})
     >>> ids.to_pylist() == [Node("a.b.c", "949e88", s).id for s in (0, 1, 2)]
@@ -310,9 +310,9 @@ def lineage_columns(name: str, nonce: str, seqs: np.ndarray,
     """
     n = len(seqs)
     previous = np.ones(n, bool)
-    if given:
-        previous[list(given)] = False
-    chained = seqs if given is None else seqs[previous]
+    if set_parents:
+        previous[list(set_parents)] = False
+    chained = seqs if set_parents is None else seqs[previous]
     if chained.size and chained.min() < 1:
         raise ValueError("a node at seq 0 has no previous node: give its parent")
     wanted = np.concatenate([seqs, chained - 1])
@@ -326,17 +326,17 @@ def lineage_columns(name: str, nonce: str, seqs: np.ndarray,
         node_codes = np.searchsorted(unique, seqs).astype(np.int32)
         parent_codes = np.zeros(n, np.int32)
         parent_codes[previous] = np.searchsorted(unique, chained - 1)
-    explicit: dict[str, int] = {}  # given parent ids (branch points, nodes read back) after the encoded ones
+    extra_ids: dict[str, int] = {}  # set parent ids (branch points, nodes read back) after the encoded ones
     has_parent = previous
-    if given:
+    if set_parents:
         has_parent = previous.copy()
-        for row, parent in given.items():
+        for row, parent in set_parents.items():
             if parent is not None:
-                parent_codes[row] = len(unique) + explicit.setdefault(parent, len(explicit))
+                parent_codes[row] = len(unique) + extra_ids.setdefault(parent, len(extra_ids))
                 has_parent[row] = True
     dictionary = encode_ids(name, nonce, unique)
-    if explicit:
-        dictionary = pa.concat_arrays([dictionary, pa.array(list(explicit), pa.string())])
+    if extra_ids:
+        dictionary = pa.concat_arrays([dictionary, pa.array(list(extra_ids), pa.string())])
     ids = pa.DictionaryArray.from_arrays(pa.array(node_codes), dictionary)
     parents = pa.DictionaryArray.from_arrays(pa.array(parent_codes, mask=~has_parent), dictionary)
     return ids, parents

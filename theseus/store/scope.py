@@ -1,7 +1,7 @@
 """A scope: the runs one query reads, listed once, folded into one row per node.
 
 Each run of the scope is read from one of two places (a lineage of at most
-``FEW_SEGMENTS`` segments always from the log: folding them costs less than
+``MAX_LOG_FOLD_SEGMENTS`` segments always from the log: folding them costs less than
 parsing the view's footer):
 
 - the newest view (``theseus.store.view``), when the run's segments are exactly
@@ -25,7 +25,7 @@ from theseus.store.view import View, scan_view, stored_columns, view_columns
 if TYPE_CHECKING:
     from theseus.store.store import Store
 
-FEW_SEGMENTS = 8  # a lineage with up to this many segments is folded from the log, not read from the view
+MAX_LOG_FOLD_SEGMENTS = 8  # a lineage with up to this many segments is folded from the log, not read from the view
 
 
 class Scope:
@@ -50,7 +50,7 @@ class Scope:
             return
         if not is_glob(nonce):  # one lineage: list it first, it may not need the view
             self.runs = store._runs(name, nonce)
-            if sum(len(paths) for paths in self.runs.values()) <= FEW_SEGMENTS:
+            if sum(len(paths) for paths in self.runs.values()) <= MAX_LOG_FOLD_SEGMENTS:
                 return  # a few segments fold faster than the view's footer parses (same answer)
             view = store._view()
         else:
@@ -126,28 +126,29 @@ class Scope:
         for i in set(view.run_keys[i] for i in self.in_view.values()) if view else ():
             own = view.signatures[i]
             widened[i] = any(k in own and view.types.get(k) != t for k, t in keys.items())
-        exact = {run: i for run, i in self.in_view.items() if not widened[view.run_keys[i]]}
-        parts, plain, overlay = [], [], []
+        # run -> view run number, for the runs the view stores with the asked types
+        same_types = {run: i for run, i in self.in_view.items() if not widened[view.run_keys[i]]}
+        parts, view_runs, folded = [], [], []  # view run numbers read as stored; (run, frame) folded here
         for run in self.runs:
-            if run not in exact:
+            if run not in same_types:
                 frame, latest = self._fold(run, self.runs[run], keys, rows, parent, written, run_keys)
             elif run in self.newer:
-                frame, latest = self._overlay(run, exact[run], keys, rows, parent, written, run_keys)
+                frame, latest = self._view_with_newer(run, same_types[run], keys, rows, parent, written, run_keys)
             else:
-                plain.append(exact[run])
+                view_runs.append(same_types[run])
                 continue
             if run_filter is None or run_filter(latest):
-                overlay.append((run, frame))
+                folded.append((run, frame))
         if run_filter is not None:
-            plain = [i for i in plain if run_filter(view.latest(i))]
-        if plain:
-            frame = scan_view(self.store, view, plain, stored_columns(view, keys, parent, written))
+            view_runs = [i for i in view_runs if run_filter(view.latest(i))]
+        if view_runs:
+            frame = scan_view(self.store, view, view_runs, stored_columns(view, keys, parent, written))
             frame = frame.select(view_columns(view, keys, parent, written))
             if rows:
                 frame = frame.filter(pl.any_horizontal(pl.col(k).is_not_null() for k in rows))
             parts.append(frame)
-        if overlay:
-            parts.append(pl.concat([with_identity(frame, *run) for run, frame in overlay]).lazy())
+        if folded:
+            parts.append(pl.concat([with_identity(frame, *run) for run, frame in folded]).lazy())
         if not parts:
             return empty_nodes(keys, parent, written).lazy(), True
         return (parts[0], True) if len(parts) == 1 else (pl.concat(parts), False)
@@ -178,7 +179,7 @@ class Scope:
         folded = fold_run(self.store.fs, list(zip(paths, footers)), keys, rows, parent=parent, written=written, latest=run_keys)
         return folded.frame, folded.latest
 
-    def _overlay(self, run, number, keys, rows, parent, written, run_keys) -> tuple[pl.DataFrame, dict]:
+    def _view_with_newer(self, run, number, keys, rows, parent, written, run_keys) -> tuple[pl.DataFrame, dict]:
         """The view's rows of a run with the fold of its newer segments on top (newer values win),
         seq first, like :meth:`_fold`."""
         base = scan_view(self.store, self.view, [number], stored_columns(self.view, keys, parent, written))

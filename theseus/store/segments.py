@@ -9,8 +9,8 @@ Every segment has the columns of ``schema.SEGMENT_SCHEMA`` and two footer entrie
   names the value columns they use. Readers fold a run from these blocks without
   grouping or deduplicating whole segments (``theseus.store.fold``).
 
-A segment without ``theseus.index`` (written by hand, or by an older theseus) is
-still read: its blocks are computed in memory.
+The index is optional: a segment without ``theseus.index`` (written by hand or by
+another tool) is still read, its blocks computed in memory.
 
 Segments are found by listing ``log/name=*/nonce=*/`` on every query. On local
 filesystems whose folder ctimes move with every entry added or removed (ext4, xfs,
@@ -94,13 +94,13 @@ def encode(table: pa.Table, keys: dict[str, str], index: dict, codec: str = "zst
     strings, so every segment reads back with the same column types (a large segment stores
     the columns every record fills as required, which readers ignore). ``codec`` compresses the
     columns other than float values: ``zstd`` (compaction: written once, kept) or ``lz4``
-    (a live writer's flush: ~5x faster on the node ids' dictionary, a third larger).
+    (a live writer's flush: faster on the node ids' dictionary, a little larger).
     """
     # a codec's setup costs more than it saves on a small live segment; float values hardly compress
     compression = {c: codec if table.num_rows >= SMALL_SEGMENT_ROWS and c != "float" else "none" for c in table.column_names}
     # in a large segment, a column every record fills is written as required: readers see the
     # same values and types (Polars, pandas and theseus ignore the flag), and the writer skips a
-    # definition level per row (a tenth of a 10k-step flush's encoding); a commit's one-row
+    # definition level per row; a commit's one-row
     # segment would only pay for the new schema
     schema = table.schema.remove_metadata()
     if table.num_rows >= SMALL_SEGMENT_ROWS:
@@ -111,7 +111,7 @@ def encode(table: pa.Table, keys: dict[str, str], index: dict, codec: str = "zst
     # dictionary pages and statistics only where they pay: hashing 80k random floats or
     # comparing 80k node ids costs more than all the rest of a flush, and min/max keys of a
     # one-row-group segment prune nothing. Seqs and stamps ascend within each key's block,
-    # so delta encoding stores them in a few bits (a third less time to encode a 10k-step flush).
+    # so delta encoding stores them in a few bits and encodes them faster.
     # One write batch per column chunk: the default 1,024-row batches cost a call each.
     # Every page carries a CRC, so a flipped byte is an error, not a changed value
     with pq.ParquetWriter(sink, schema, compression=compression, store_schema=False, write_batch_size=1 << 20,
@@ -603,7 +603,7 @@ def _check_footer(meta: pq.FileMetaData, keys, index) -> tuple[dict[str, Block] 
             raise ValueError(f"column {f.name!r} is missing or not {f.type}")
     if not isinstance(keys, dict) or not all(isinstance(k, str) and t in TYPES for k, t in keys.items()):
         raise ValueError(f"the keys are not {{key: one of {', '.join(TYPES)}}}")
-    if index is None:  # no block index (written by hand or by an older theseus): readers index the rows
+    if index is None:  # no block index (optional in the format): readers index the rows
         return None, None
     rows = meta.num_rows
     blocks, covered = {}, []

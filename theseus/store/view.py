@@ -175,7 +175,7 @@ def read_view(store: Store, path: str) -> View:
         stored = meta.schema.to_arrow_schema()
         if [(f.name, f.type) for f in stored] != [(c, ARROW[t]) for c, t in columns] + [(RUN, pa.int32())]:
             raise ValueError(f"its columns ({', '.join(stored.names)[:200]}) are not those its record describes")
-        digest = meta.metadata.get(VIEW_DIGEST)  # absent only in views from before it was written (version 1)
+        digest = meta.metadata.get(VIEW_DIGEST)  # a version-1 view carries no digest
         if digest != hashlib.sha256(meta.metadata[VIEW_METADATA]).hexdigest().encode() and (
                 digest is not None or raw.get("version", 1) >= 2):
             raise ValueError(f"its record of what it folded does not match its {VIEW_DIGEST.decode()} (a changed byte)")

@@ -67,12 +67,12 @@ class Records(NamedTuple):
     """Records in columns: seqs, the parents not made by ``next()``, write stamps, shapes,
     and all their values one record after another.
 
-    ``given`` is ``{row: parent id, or None}`` for the rows whose parent is not the node one
+    ``set_parents`` is ``{row: parent id, or None}`` for the rows whose parent is not the node one
     seq before (see :func:`~theseus.store.node.lineage_columns`); None when there are none.
     """
 
     seqs: np.ndarray
-    given: dict[int, str | None] | None
+    set_parents: dict[int, str | None] | None
     stamps: np.ndarray
     shapes: list[Shape]
     values: list
@@ -82,13 +82,14 @@ class Records(NamedTuple):
 
         >>> s = Shape(("a",), ("float",))
         >>> r = Records(np.array([0, 5]), {0: None}, np.array([1, 2]), [s, s], [0.5, 1.5]).take([1])
-        >>> r.seqs.tolist(), r.given, r.values
+        >>> r.seqs.tolist(), r.set_parents, r.values
         ([5], None, [1.5])
         """
         starts = self.starts()
         values = [v for i in rows for v in self.values[starts[i]:starts[i + 1]]]
-        given = self.given and {j: self.given[i] for j, i in enumerate(rows) if i in self.given}
-        return Records(self.seqs[rows], given or None, self.stamps[rows], [self.shapes[i] for i in rows], values)
+        parents = self.set_parents
+        set_parents = parents and {j: parents[i] for j, i in enumerate(rows) if i in parents}
+        return Records(self.seqs[rows], set_parents or None, self.stamps[rows], [self.shapes[i] for i in rows], values)
 
     def starts(self) -> np.ndarray:
         """Where each record's values start in ``values`` (and where the last one ends)."""
@@ -176,21 +177,21 @@ class Writer:
         if (type(values) is dict and type(node) is Node and not self._closed and node._seq < _SEQ_END
                 and len(node._name) <= _NAME_MAX):
             # a training loop logs the same keys with the same types every step: validate them
-            # once, then only check the value types are those seen (for all floats, a count:
-            # a third of building the types tuple) and append
-            given = values.values()
+            # once, then only check the value types are those seen (for all floats, a count of
+            # floats, cheaper than building the types tuple) and append
+            new_values = values.values()
             seen = self._seen.get(tuple(values))
             if seen is not None:
                 shape, types = seen
                 if types is None:
-                    same = countOf(map(type, given), float) == len(given)
+                    same = countOf(map(type, new_values), float) == len(new_values)
                 else:
-                    same = tuple(map(type, given)) == types and (not shape.ints or all(
-                        -(2**63) <= v < 2**63 for v, k in zip(given, shape.kinds) if k == "int")) and (
-                        not shape.strs or all(_utf8(v) for v, k in zip(given, shape.kinds) if k == "str"))
+                    same = tuple(map(type, new_values)) == types and (not shape.ints or all(
+                        -(2**63) <= v < 2**63 for v, k in zip(new_values, shape.kinds) if k == "int")) and (
+                        not shape.strs or all(_utf8(v) for v, k in zip(new_values, shape.kinds) if k == "str"))
                 if same:
                     # each append is atomic; the shape goes last, as a flush counts records by shapes
-                    self._values.extend(given)
+                    self._values.extend(new_values)
                     # (_entry inlined: this runs once per training step)
                     if node._parent is _PREVIOUS and node._nonce is self._chain_nonce and node._name is self._chain_name:
                         self._nodes.append(node._seq)
@@ -413,8 +414,8 @@ class Writer:
         lifted = np.fromiter(clock, np.int64, len(clock)) - steps
         lifted[0] = max(lifted[0], self._last_stamp + 1)
         stamps = np.maximum.accumulate(lifted) + steps
-        seqs, given, rows_of = split_runs(entries, (self._chain_name, self._chain_nonce))
-        records = Records(seqs, given, stamps, shapes, values)
+        seqs, set_parents, rows_of = split_runs(entries, (self._chain_name, self._chain_nonce))
+        records = Records(seqs, set_parents, stamps, shapes, values)
         fs, root = self.store.fs, self.store.path()
         todo = [(run, list(range(len(entries))) if rows is None else rows) for run, rows in rows_of.items()]
         errors: dict[str, Exception] = {}
@@ -524,13 +525,13 @@ def _text(what: str, value: object) -> str:
 
 
 def split_runs(entries: list[Node | int], chain: tuple[str, str]) -> tuple[np.ndarray, dict | None, dict]:
-    """Pending entries (nodes, or seqs of ``chain``'s nodes made by next()) as ``(seqs, given, rows_of)``:
-    seqs and given parents as :class:`Records` holds them, and the rows of each run
+    """Pending entries (nodes, or seqs of ``chain``'s nodes made by next()) as ``(seqs, set_parents, rows_of)``:
+    seqs and set parents as :class:`Records` holds them, and the rows of each run
     (``{(name, nonce): rows}``; rows None when the flush holds one run).
 
     >>> a = Node("a.b.c", "949e88", 0)
-    >>> seqs, given, rows_of = split_runs([a, 1, 2, Node.start("x.y.z")], ("a.b.c", "949e88"))
-    >>> seqs.tolist(), given, [(run[0], rows) for run, rows in rows_of.items()]
+    >>> seqs, set_parents, rows_of = split_runs([a, 1, 2, Node.start("x.y.z")], ("a.b.c", "949e88"))
+    >>> seqs.tolist(), set_parents, [(run[0], rows) for run, rows in rows_of.items()]
     ([0, 1, 2, 0], {0: None, 3: None}, [('a.b.c', [0, 1, 2]), ('x.y.z', [3])])
     """
     n = len(entries)
@@ -542,21 +543,21 @@ def split_runs(entries: list[Node | int], chain: tuple[str, str]) -> tuple[np.nd
     else:
         at = [i for i, kind in enumerate(map(type, entries)) if kind is not int]
     seqs = list(entries)
-    given: dict[int, str | None] = {}
+    set_parents: dict[int, str | None] = {}
     run_of: dict[int, tuple[str, str]] = {}  # rows of runs other than the chain
     for i in at:
         node = entries[i]
         seqs[i] = node.seq
         if node._parent is not _PREVIOUS:
-            given[i] = node.parent
+            set_parents[i] = node.parent
         if (node.name, node.nonce) != chain:
             run_of[i] = (node.name, node.nonce)
     if not run_of:
-        return np.fromiter(seqs, np.int64, n), given or None, {chain: None}
+        return np.fromiter(seqs, np.int64, n), set_parents or None, {chain: None}
     rows_of: dict[tuple[str, str], list[int]] = {}
     for i in range(n):
         rows_of.setdefault(run_of.get(i, chain), []).append(i)
-    return np.fromiter(seqs, np.int64, n), given or None, rows_of
+    return np.fromiter(seqs, np.int64, n), set_parents or None, rows_of
 
 
 def build_segment(records: Records, name: str, nonce: str, writer: str) -> tuple[pa.Table, dict[str, str], dict]:
@@ -576,7 +577,7 @@ def build_segment(records: Records, name: str, nonce: str, writer: str) -> tuple
     """
     n = len(records.seqs)
     seqs = records.seqs
-    ids, parents = lineage_columns(name, nonce, seqs, records.given)
+    ids, parents = lineage_columns(name, nonce, seqs, records.set_parents)
     stamps = records.stamps
     index = {"stamps": [int(stamps.min()), int(stamps.max())]}
 
