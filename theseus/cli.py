@@ -37,7 +37,10 @@ def main() -> None:
     """theseus: jobs, runs and the store.
 
     \f
-    >>> main()
+    >>> from typer.testing import CliRunner
+    >>> result = CliRunner().invoke(app, [])  # no command: the help, listing the commands
+    >>> all(command in result.output for command in ("jobs", "ls", "audit", "launch", "verify"))
+    True
     """
 
 

@@ -179,8 +179,9 @@ def registry(prefix: str = "") -> dict[str, type[Job]]:
 def get_job(key: str) -> type[Job]:
     """The job class registered under ``key``; an unknown key names close matches.
 
-    >>> get_job("data/tokenize/fineweb").__name__
-    'TokenizeFineweb'
+    >>> cls = get_job("data/tokenize/fineweb")
+    >>> cls.key, issubclass(cls, Job)
+    ('data/tokenize/fineweb', True)
     """
     jobs = registry()
     if key in jobs:
@@ -324,7 +325,14 @@ class Job:
         a fresh run, else the node to restore from; the default refuses to restore.
 
         >>> import tempfile
-        >>> get_job("data/tokenize/pydoc").create(tempfile.mkdtemp(), "tok").setup()
+        >>> job = get_job("data/tokenize/pydoc").create(tempfile.mkdtemp(), "tok")  # create() ran setup()
+        >>> job.store.find().all()  # nothing written
+        []
+        >>> job.base = job.node
+        >>> Job.setup(job)
+        Traceback (most recent call last):
+        ...
+        NotImplementedError: job 'data/tokenize/pydoc' cannot be restored from a node; run it afresh
         """
         if self.base is not None:
             raise NotImplementedError(f"job {self.key!r} cannot be restored from a node; run it afresh")
@@ -334,15 +342,21 @@ class Job:
     def run(self) -> Any:
         """The work of the job (override). ``self.writer`` is open while it runs.
 
-        >>> Job.run.__doc__.startswith("The work")
-        True
+        >>> import tempfile
+        >>> Job.run(get_job("data/tokenize/pydoc").create(tempfile.mkdtemp(), "tok"))
+        Traceback (most recent call last):
+        ...
+        NotImplementedError: TokenizePydoc must implement run()
         """
         raise NotImplementedError(f"{type(self).__name__} must implement run()")
 
     def sync(self) -> None:
         """Wait for every process of the run (override for multi-host jobs; a no-op here).
 
-        >>> Job.sync(None)
+        >>> import tempfile
+        >>> job = get_job("data/tokenize/pydoc").create(tempfile.mkdtemp(), "tok")
+        >>> job.sync() is None and job.store.find().all() == []  # returns at once, writes nothing
+        True
         """
 
     def __call__(self) -> Any:
@@ -392,7 +406,8 @@ class Job:
 
         >>> import tempfile
         >>> job = get_job("data/tokenize/pydoc").create(tempfile.mkdtemp(), "tok")
-        >>> job.claim(None)  # a fresh lineage: nothing to claim, nothing written
+        >>> job.claim(None); job.store.find().all()  # a fresh lineage: nothing to claim, nothing written
+        []
         """
         if not self._claimed and self.primary and self.base is not None and self.node.nonce == self.base.nonce:
             from theseus.store.claim import claim

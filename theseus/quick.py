@@ -27,7 +27,7 @@ from theseus.jobs import Job, get_job
 from theseus.store import trust
 from theseus.store.node import Node
 
-__all__ = ["Quick", "QuickJob", "init", "quick"]
+__all__ = ["QuickJob", "init", "quick"]
 
 
 class QuickJob:
@@ -127,8 +127,13 @@ class QuickJob:
         ``${oc.env:...}``) is a ValueError naming the node. ``verify`` (default True):
         ``create()`` checks the checkpoint's files against its MANIFEST first.
 
-        >>> QuickJob.resume_from.__name__
-        'resume_from'
+        >>> import tempfile
+        >>> with quick(tempfile.mkdtemp()) as q:
+        ...     q.build("data/tokenize/pydoc", "tok").config.data.max_samples = 3
+        ...     job = q.create(); _ = job()
+        ...     _ = q.find().nonce(job.node.nonce).resume()   # calls resume_from
+        ...     print(q.job_key, q.run_name, q.config.data.max_samples, q.base.nonce == job.node.nonce)
+        data/tokenize/pydoc general.default.tok 3 True
         """
         return self._restore(cursor.last(), branch=False, verify=verify)
 
@@ -136,8 +141,14 @@ class QuickJob:
         """Hook of ``q.find()...branch()``: like ``resume_from``, but a new lineage
         (fresh nonce, seq 0, parent = the node).
 
-        >>> QuickJob.branch_from.__name__
-        'branch_from'
+        >>> import tempfile
+        >>> with quick(tempfile.mkdtemp()) as q:
+        ...     q.build("data/tokenize/pydoc", "tok").config.data.max_samples = 3
+        ...     _ = q()
+        ...     last = q.find().job("data/tokenize/pydoc").last()
+        ...     _ = q.find().job("data/tokenize/pydoc").branch()   # calls branch_from
+        ...     print(q.branched, q.base == last, q.run_name)
+        True True general.default.tok
         """
         return self._restore(cursor.last(), branch=True, verify=verify)
 
@@ -257,6 +268,10 @@ class QuickJob:
 
         >>> import tempfile
         >>> q = init(tempfile.mkdtemp()); q.close(); q.close()
+        >>> q.find()
+        Traceback (most recent call last):
+        ...
+        RuntimeError: this quick session is closed
         """
         if self._closed:
             return
@@ -279,8 +294,6 @@ class QuickJob:
         pending = f"{self.job_key} run={self.run_name!r}" if self.job_key else "no job built"
         return f"<theseus.quick.QuickJob object at {id(self):#x}: {pending} root={self.root!r}>"
 
-
-Quick = QuickJob  # the session's other name
 
 
 def init(root: str | os.PathLike) -> QuickJob:

@@ -252,8 +252,15 @@ def _record_failure(spec: LaunchSpec, cfg_yaml: str, error: str) -> None:
 def run_worker(spec: LaunchSpec, info: ProcessInfo) -> int:
     """Initialize ``jax.distributed`` (N > 1), build the job from ``spec`` and run it; the exit code.
 
-    >>> run_worker.__name__
-    'run_worker'
+    >>> import signal, tempfile
+    >>> from theseus.store import Store
+    >>> before = signal.getsignal(signal.SIGTERM)  # run_worker takes SIGTERM over: restored below
+    >>> spec = LaunchSpec("data/tokenize/pydoc", "tok", "data:\\n  max_samples: 3\\n", tempfile.mkdtemp())
+    >>> run_worker(spec, ProcessInfo()), Store(spec.root).find().nonce(spec.nonce).last().name
+    (0, 'general.default.tok')
+    >>> run_worker(LaunchSpec("k/nope", "run", "", spec.root), ProcessInfo())  # an unknown job key: refused
+    2
+    >>> _ = signal.signal(signal.SIGTERM, before)
     """
     signal.signal(signal.SIGTERM, _terminated)
     try:
