@@ -3,7 +3,7 @@
 1. Ingest: 1 run x 10,000 steps x 8 float keys, default durability, close included.
    theseus ``writer().write(node, {8 keys})`` per step (median of 15, after a warm-up);
    MLflow ``MlflowClient.log_batch`` of 8 metrics per step on a local sqlite tracking URI
-   (only the first ``--mlflow-steps`` timed: ~25 ms a step here; the rest filled untimed);
+   (only the first ``--mlflow-steps`` timed, as each call commits to sqlite; the rest filled untimed);
    Aim ``run.track({8 keys}, step=i)`` on a local repo, then ``close()`` (median of 5, each
    run after 3 of theseus'). Values/s, theseus over each peer (goal >= 100x MLflow, >= 200x Aim).
 2. History of 2 keys of that run into Python lists: theseus
@@ -240,8 +240,8 @@ def bench_ingest_history(tmp: str, steps: int, mlflow_steps: int, repeat: int) -
         t_warm, _ = theseus_ingest(f"{work}/warm-theseus", values[:1000])
         aim_ingest(f"{work}/warm-aim", values[:1000])
         print(f"  (warm-up: theseus' first 1,000-step write+close in this process took {t_warm:.2f} s)", flush=True)
-        # theseus and Aim alternate, so a slow spell of the shared machine hits both: 5 Aim runs
-        # (~10 s each), each after 3 theseus runs (~50 ms each: one noisy moment can double one)
+        # theseus and Aim alternate, so a slow spell of the shared machine hits both: 5 Aim runs,
+        # each after 3 theseus runs (which are much shorter, so one noisy moment weighs more on one)
         runs, aim_runs = [], []
         for i in range(5):
             runs += [theseus_ingest(f"{work}/theseus-{3 * i + j}", values) for j in range(3)]
@@ -270,8 +270,8 @@ def bench_ingest_history(tmp: str, steps: int, mlflow_steps: int, repeat: int) -
         r_ml = (n_values / t_ours) / (n_ml / t_ml)
         r_aim = t_aim / t_ours
         label = f"ingest 1 run x {steps:,} steps x 8"
-        row(f"{label} vs MLflow", vs(n_values, t_ours), vs(n_ml, t_ml) + " (issue: ~5,200)", r_ml, "", ">= 100x", r_ml >= 100)
-        row(f"{label} vs Aim", vs(n_values, t_ours), vs(n_values, t_aim) + " (issue: ~2,450)", r_aim, "", ">= 200x", r_aim >= 200)
+        row(f"{label} vs MLflow", vs(n_values, t_ours), vs(n_ml, t_ml), r_ml, "", ">= 100x", r_ml >= 100)
+        row(f"{label} vs Aim", vs(n_values, t_ours), vs(n_values, t_aim), r_aim, "", ">= 200x", r_aim >= 200)
 
         print(f"\n[2] history of {len(HISTORY_KEYS)} keys x {steps:,} steps into lists (median of {repeat})", flush=True)
         expect = [[v[INGEST_KEYS.index(k)] for v in values] for k in HISTORY_KEYS]
@@ -519,113 +519,40 @@ START, END = "<!-- store-bench:start -->", "<!-- store-bench:end -->"
 README_INTRO = """## Store
 
 `bench/store_bench.py` measures the event store (`theseus/store`) against MLflow (local
-sqlite tracking URI, `MlflowClient.log_batch`) and Aim (local repo, `run.track`), and
-against raw Polars on one wide Parquet file, all in one run (issue 2's figures):
+sqlite tracking URI, `MlflowClient.log_batch`), Aim (local repo, `run.track`) and raw Polars
+on one wide Parquet file, all in one run:
 
 1. **Ingest**: 1 run x 10,000 steps x 8 float keys at default durability, close included.
-   theseus: `with store.writer() as w:` + `w.write(node, {8 keys}); node = node.next()` per
-   step (median of 15 runs, after a 1,000-step warm-up that pays the process's one-time
-   costs: lazy imports, the first large segment's codec and buffers). Aim: `run.track({8
-   keys}, step=i)` per step, then `close()` (median of 5 runs, each after 3 of theseus': a
-   theseus run lasts ~50 ms, so one noisy moment of the shared machine can double it, while
-   Aim's ~10 s runs average the noise out; its run index, which Aim's server normally builds
-   in the background, is built untimed). MLflow: one `log_batch` of 8 metrics per step; at
-   ~25 ms per step on this disk (two sqlite commits per call) only the first 1,000 steps are
-   timed, the rest are filled untimed in batches of 1,000.
+   theseus: `w.write(node, {8 keys}); node = node.next()` per step in `with store.writer()
+   as w:` (median of 15, after a 1,000-step warm-up that pays the process's one-time costs).
+   Aim: `run.track({8 keys}, step=i)` per step, then `close()` (median of 5, each after 3 of
+   theseus', so a slow spell of the shared machine hits both; its run index, which Aim's
+   server builds in the background, is built untimed). MLflow: one `log_batch` of 8 metrics
+   per step, the first 1,000 steps timed, the rest filled untimed.
 2. **History** of 2 keys of that run into Python lists. theseus:
-   `find().nonce(n).columns(keys=[a, b])`, one list per key; shown too, not a target:
-   `select(keys=[a, b])` (the seed's `loss_over_time` idiom, a dict per node) then one list
-   per key (`map(itemgetter(k), rows)`). MLflow: `get_metric_history` x 2
-   (`map(attrgetter("value"), metrics)`). Like for like: *cold* is a new `Store` against a
-   new `MlflowClient` (a fresh script's read), *warm* one reused `Store` against one reused
-   client; the mixed pair (new Store, reused client) is shown too, for reference. Aim:
-   `Run(hash, read_only=True).get_metric(k, Context({}))` then either `.values.values_list()`
-   (fastest, but in storage order, not step order) or `.data.items_list()` (step order); both
-   are shown.
+   `find().nonce(n).columns(keys=[a, b])`; `select(keys=[a, b])` then a list per key is shown
+   for reference. MLflow: `get_metric_history` x 2. *cold* is a new `Store` against a new
+   `MlflowClient` (a fresh script's read), *warm* one reused `Store` against one reused
+   client. Aim: `Run(hash, read_only=True).get_metric(k, Context({}))` then
+   `.values.values_list()` (storage order) or `.data.items_list()` (step order).
 3. **1,000 runs x 1,000 steps x 8 keys** written through the public writer (5 flushes per
-   run, so ~5 segments each) once into `/tmp/theseus-store-bench` and reused; the same rows
-   in one wide Parquet file (name, nonce, seq, 8 keys) for raw Polars.
-   Point query: `find().nonce(x).where("train/tokens", "<=", 700_000).sort("train/loss")
-   .select(keys=["train/loss", "train/tokens"])` (700 rows) vs `pl.scan_parquet(wide)
-   .filter(nonce == x, tokens <= 700_000).sort(loss).select(...).collect()`, before and after
-   `store.compact()`. Top-10: `find().has("train/loss").sort("train/loss").limit(10)
-   .select(keys=[...])` vs `scan_parquet(wide).bottom_k(10, by=loss).collect()`.
-   *cold* = a fresh `Store` per query (footers read again), *warm* = one reused `Store`.
+   run) once into `/tmp/theseus-store-bench` and reused; the same rows in one wide Parquet
+   file for raw Polars. Point query: `find().nonce(x).where("train/tokens", "<=", 700_000)
+   .sort("train/loss").select(keys=["train/loss", "train/tokens"])` (700 rows) vs the same
+   filter, sort and select on `pl.scan_parquet(wide)`, before and after `store.compact()`.
+   Top-10: `find().has("train/loss").sort("train/loss").limit(10).select(keys=[...])` vs
+   `scan_parquet(wide).bottom_k(10, by=loss)`. *cold* = a fresh `Store` per query, *warm* =
+   one reused `Store`.
 4. **Commit latency**: `w.checkpoint(node, "objects/x")` (segment written, fsync'd, renamed,
    folder fsync'd before it returns), distribution over 500 commits on local disk.
 
 Every result is checked against the others before timing. Times are medians of 9
-repetitions interleaving the contenders. Ratios are theseus / peer:
-for ingest higher is better, for times lower is better. The machine has 2 cores shared
-with other jobs, so single figures move by 1.5-2x between runs (disk-bound ones most);
-ratios measured in one run are what count.
+repetitions interleaving the contenders. Ratios are theseus / peer: for ingest higher is
+better, for times lower is better. Ratios from one run count, not single figures: on a
+shared machine those move between runs.
 
-How theseus gets there (details in the docstrings of `theseus/store`):
-
-- *Ingest*: `write()` checks a record's shape (keys and value types) once per writer, then
-  only appends the node, a write stamp, the shape and the values to four lists; it finds a
-  record's keys by their names alone, then checks the value types are those it saw (for all
-  floats by counting them, a third of what building the types tuple costs). A node of the
-  writer's own lineage made by `next()` is kept as its seq alone, so a training loop's
-  pending records hold nothing the garbage collector walks: a 10,000-step ingest triggers no
-  collection at all (a full pass costs 120-150 ms in a process with MLflow and Aim loaded).
-  `Node.next()` does not encode its parent's id: a node computes it when asked, and a flush
-  encodes a run's ids and parent ids at once (the `name:nonce:` prefix once, the digit
-  groups of every id in one `binascii` call). Segments are key-major: each key's rows are
-  contiguous, in (seq, stamp, writer) order, and a footer index (`theseus.index`) says
-  where. A flush of one float shape builds each column as one chunk per key, and the node,
-  seq, parent, stamp and writer chunks of every key are the same 10,000-row arrays, so no
-  80,000-row column is gathered; its floats are packed by `struct` in one C loop. Node ids go
-  to Parquet as dictionary arrays, seqs and stamps delta-encoded, float values plain (they
-  hardly compress), and in a large segment the columns every record fills (node, seq, stamp,
-  writer, key) are stored as required, which saves a definition level per row; readers see
-  the same types either way. A new run's first segment costs two journal commits: the new
-  folders' parents are fsynced after the segment, whose fsync already committed their
-  entries.
-- *History*: a run is folded from its segments' key blocks with pyarrow and numpy, reading
-  only the asked keys' columns. Records are merged by write stamp only where two segments
-  hold the same seq of a key, which the footers' seq ranges rule out for a run written in
-  order; no group-by or join over the run. A plain `select(keys)` (no filter, sort or limit)
-  of runs read from the log takes the folded values as they are, without Polars: the plan
-  would only project them, and building a frame and running the plan cost ~1.5 ms in the
-  bench process right after MLflow's read (the CPU caches are cold then, and every library
-  call costs several times what it does in a loop). `columns(keys)` hands those lists
-  over as they are. `select()` builds a dict per node from them: 10,000 dicts are half
-  of its time (a dict display per row is CPython's floor: `to_dicts`, Arrow's `to_pylist`
-  and `dict(zip())` are slower), which is why a history is read with `columns()`.
-- *Queries after compaction*: `compact()` also writes a **view**,
-  `view/v-<stamp>-<writer>.parquet`: the folded log, one row per node (name, nonce, seq,
-  parent, `_written`, `_run`, a column per key), sorted by name, nonce and seq, 16,384-row
-  groups. Its footer records per run the log segments it folded, their highest write stamp,
-  the run's key types and its latest `_job`/`_finished` records. A query reads a run from the
-  newest view when the run's segments are exactly those (or when its other segments are all
-  newer: they are folded on top), and from the log otherwise. A point query reads the run's
-  row group with the cached footer; the top-10 is one Polars scan of the view (projection
-  pushdown, a stable top-k over one column, ties in the default order). Reading 1,000
-  per-run files could never reach raw Polars on one file; the view is what makes it one file.
-  The log stays the source of truth: a view is derived from it alone, immutable (a unique
-  name, atomic publish), older views are deleted only after a newer one is published (readers
-  that lose the race retry), and deleting every view loses nothing (`theseus compact`
-  rebuilds one). `scan_parquet("<root>/log/**/*.parquet", hive_partitioning=True)` still
-  reads the log, which is all `theseus audit` needs.
-- *Finding segments*: every query must see every published segment, so it lists the run
-  folders it reads. On local kernel filesystems (ext4, xfs, btrfs, tmpfs, overlay...) a
-  listing is reused while the folder's ctime proves it current: the kernel sets a folder's
-  ctime whenever an entry is added, removed or renamed and no call sets it to a chosen value
-  (`rsync -a` restores mtimes, not ctimes), the folder is stat'ed before it is listed, and a
-  listing is kept only when that ctime was already a second old (kernel timestamps are
-  coarse). A view records the ctimes of the folders it saw, so a cold `Store` stats the 2,001
-  folders of the grid instead of listing them; when all of them match, a query over many runs
-  takes its run list from the record in that one pass of stats (`recorded_runs`), and any
-  changed folder falls back to listing. A copied root has new ctimes and lists again.
-  A lineage query over a few segments folds them from the log without parsing the view.
-- *Commits*: one record, one segment, `fsync` of the file and of its folder. Both are needed
-  for a durable rename (two journal commits, ~0.2-0.4 ms on this disk when it is quick); the
-  rest is building and encoding a one-row segment (~1 ms: ids of a few nodes are encoded one
-  at a time, and segments are written into an Arrow buffer, not `io.BytesIO`).
-
-    uv run --group bench python bench/store_bench.py            # ~3 min with the grid cached (+~3 min to build it once)
-    uv run --group bench python bench/store_bench.py --quick    # ~1 min: 2k-step ingest, 100-run grid
+    uv run --group bench python bench/store_bench.py            # the grid is built once, then cached
+    uv run --group bench python bench/store_bench.py --quick    # 2k-step ingest, 100-run grid
     uv run --group bench python bench/store_bench.py --readme   # also rewrite the table below
 """
 
