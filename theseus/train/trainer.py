@@ -12,7 +12,8 @@ through callbacks.
   running while the callback works.
 - ``on_checkpoint(step, folder)``: after the checkpoint of ``step`` in ``folder``
   (from ``folder_fn(step)``) is committed (MANIFEST.json published), on the
-  trainer's thread; at the latest when ``train()`` / ``wait()`` / ``close()`` returns.
+  trainer's thread; before the next save starts, and at the latest when ``train()`` /
+  ``wait()`` / ``close()`` returns.
 
 >>> root, config = tiny_example()
 >>> config["logging"] = {"report_interval": 1, "validation_interval": 3}
@@ -738,6 +739,9 @@ class Trainer:
         >>> trainer.save(folder); trainer.wait(); os.path.exists(folder + "/MANIFEST.json")
         True
         """
+        # the previous checkpoint's record first: were it delivered after this save starts,
+        # a disk this save fills would refuse it and leave that complete checkpoint unreferenced
+        self.wait()
         state = self._ensure_state()
         step = self.step
         commits = self._commits
