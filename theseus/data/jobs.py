@@ -38,7 +38,7 @@ from theseus.config import to_dict
 from theseus.data import sources
 from theseus.data.store import META, DatasetWriter, check_name, data_dir
 from theseus.data.tokenize import tokenize_contiguous, tokenize_padded
-from theseus.data.tokenizer import get_tokenizer
+from theseus.data.tokenizer import TokenizerConfig, get_tokenizer
 from theseus.jobs import Job, job
 
 __all__ = [
@@ -47,23 +47,6 @@ __all__ = [
 ]
 
 # -- configs ------------------------------------------------------------------
-
-
-@dataclass
-class HuggingFaceOptions:
-    """``tokenizer.huggingface``: options of the huggingface backend."""
-
-    use_fast: bool = True
-    use_remote_code: bool = False
-
-
-@dataclass
-class TokenizerConfig:
-    """``tokenizer``: ``backend`` (tiktoken | huggingface) and ``name`` (an encoding, or a local folder)."""
-
-    backend: str = "tiktoken"
-    name: str = "cl100k_base"
-    huggingface: HuggingFaceOptions = field(default_factory=HuggingFaceOptions)
 
 
 @dataclass
