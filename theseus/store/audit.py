@@ -758,8 +758,8 @@ def _check_checkpoints(fs, base, wanted, verify, threads, problems) -> dict[str,
             for rel, entry in (listed or {}).items():
                 if rel in present and present[rel] == entry["size"] and (verify or rel in (CONFIG_FILE, INDEX)):
                     tasks.append((i, rel))
-        digests = list(pool.map(lambda t: _digest(fs, f"{base}/{wanted[t[0]]['value']}/{t[1]}", t[1] in (CONFIG_FILE, INDEX)),
-                                tasks))
+        digests = list(pool.map(lambda t: _digest(fs, f"{base}/{wanted[t[0]]['value']}/{t[1]}",
+                                                  t[1] in (CONFIG_FILE, INDEX)), tasks))
     results: list[dict[str, Any]] = [{} for _ in wanted]
     for (i, rel), digest in zip(tasks, digests, strict=True):
         results[i][rel] = digest
