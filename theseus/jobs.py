@@ -80,6 +80,7 @@ from loguru import logger
 from omegaconf import DictConfig, OmegaConf
 
 from theseus import config as configs
+from theseus.store.layout import CONFIG_FILE, JOB_FILE
 from theseus.store.node import Node
 
 if TYPE_CHECKING:
@@ -443,8 +444,8 @@ class Job:
             return folder
         spec = {"key": self.key, "name": self.name, "nonce": self.node.nonce, "seq": self.node.seq,
                 "node": self.node.id, "parent": self.node.parent, "base": self.base.id if self.base else None}
-        rootfs.publish(self.store.fs, f"{folder}/config.yaml", configs.to_yaml(self.config).encode())
-        rootfs.publish(self.store.fs, f"{folder}/job.json", json.dumps(spec, indent=2).encode())
+        rootfs.publish(self.store.fs, f"{folder}/{CONFIG_FILE}", configs.to_yaml(self.config).encode())
+        rootfs.publish(self.store.fs, f"{folder}/{JOB_FILE}", json.dumps(spec, indent=2).encode())
         return folder
 
     def __repr__(self) -> str:

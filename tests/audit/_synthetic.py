@@ -28,7 +28,8 @@ import yaml
 
 from theseus.store import Node, Store
 from theseus.store.audit import audit
-from theseus.train.manifest import FileEntry, write_atomic, write_manifest
+from theseus.store.fs import write_atomic
+from theseus.train.manifest import FileEntry, write_manifest
 
 CONFIG = {"architecture": {"n_embd": 32, "n_layers": 2}, "training": {"tokens": 4096, "batch_size": 8}}
 

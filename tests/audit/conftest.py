@@ -18,7 +18,7 @@ from tests.trainer._helpers import VOCAB, write_dataset
 from tests.trainer.conftest import _compilation_cache  # noqa: F401  (a session fixture: compiled once)
 from theseus.jobs import Job, job
 from theseus.quick import quick
-from theseus.train.manifest import write_atomic
+from theseus.store.fs import write_atomic
 
 STEP_TOKENS = 8 * 16
 TINY = {

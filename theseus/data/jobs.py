@@ -32,14 +32,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import fsspec
-
 from theseus.config import to_dict
 from theseus.data import sources
 from theseus.data.store import META, DatasetWriter, check_name, data_dir
 from theseus.data.tokenize import tokenize_contiguous, tokenize_padded
-from theseus.data.tokenizer import get_tokenizer
+from theseus.data.tokenizer import TokenizerConfig, get_tokenizer
 from theseus.jobs import Job, job
+from theseus.store.layout import DATA
 
 __all__ = [
     "TokenizeAddition", "TokenizeAlpaca", "TokenizeFineweb", "TokenizeJob", "TokenizePydoc", "TokenizeText",
@@ -47,23 +46,6 @@ __all__ = [
 ]
 
 # -- configs ------------------------------------------------------------------
-
-
-@dataclass
-class HuggingFaceOptions:
-    """``tokenizer.huggingface``: options of the huggingface backend."""
-
-    use_fast: bool = True
-    use_remote_code: bool = False
-
-
-@dataclass
-class TokenizerConfig:
-    """``tokenizer``: ``backend`` (tiktoken | huggingface) and ``name`` (an encoding, or a local folder)."""
-
-    backend: str = "tiktoken"
-    name: str = "cl100k_base"
-    huggingface: HuggingFaceOptions = field(default_factory=HuggingFaceOptions)
 
 
 @dataclass
@@ -275,8 +257,7 @@ class TokenizeJob(Job):
         >>> TokenizePydoc.create(tempfile.mkdtemp(), "t").dataset_exists()
         False
         """
-        fs, base = fsspec.core.url_to_fs(self.store.root)
-        return fs.exists(f"{base.rstrip('/')}/data/{self.dataset_name}/{META}")
+        return self.store.fs.exists(self.store.path(DATA, self.dataset_name, META))
 
     def check_source(self) -> None:
         """Raise if the corpus is unusable (a path that does not exist...). Override.

@@ -26,8 +26,10 @@ import shutil
 import tempfile
 import uuid
 
-import fsspec
 import numpy as np
+
+from theseus.store import fs as rootfs
+from theseus.store.layout import DATA
 
 META = "meta.json"
 FORMAT = "theseus.dataset/1"
@@ -55,22 +57,13 @@ def check_name(dataset: str) -> str:
     return dataset
 
 
-def _fs(root: str):
-    fs, base = fsspec.core.url_to_fs(os.fspath(root))
-    return fs, base.rstrip("/")
-
-
-def _is_local(fs) -> bool:
-    return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
-
-
 def data_dir(root: str) -> str:
     """The folder (path or URL) holding the datasets of ``root``.
 
     >>> data_dir("/tmp/root"), data_dir("gs://bucket/prefix")
     ('/tmp/root/data', 'gs://bucket/prefix/data')
     """
-    return os.fspath(root).rstrip("/") + "/data"
+    return f"{os.fspath(root).rstrip('/')}/{DATA}"
 
 
 def _npy_header(dtype: np.dtype, shape: tuple) -> bytes:
@@ -143,17 +136,17 @@ class DatasetWriter:
             raise ValueError(f"unknown dataset kind {kind!r}; valid kinds: {', '.join(KINDS)}")
         self.root, self.dataset, self.kind = os.fspath(root), check_name(dataset), kind
         self.overwrite = overwrite
-        self.fs, base = _fs(self.root)
-        self.local = _is_local(self.fs)
-        self.final = f"{base}/data/{dataset}"
+        self.fs, base = rootfs.open_root(self.root)
+        self.local = rootfs.is_local(self.fs)
+        self.final = f"{base}/{DATA}/{dataset}"
         self._check_free()
         self.meta: dict = {"source": source}
         self.tokenizer: dict | None = None
         self.block_size: int | None = None
         self.files: dict[str, NpyAppender] = {}
         if self.local:
-            os.makedirs(f"{base}/data", exist_ok=True)
-            self.staging = f"{base}/data/.{dataset}.tmp-{uuid.uuid4().hex[:12]}"
+            os.makedirs(f"{base}/{DATA}", exist_ok=True)
+            self.staging = f"{base}/{DATA}/.{dataset}.tmp-{uuid.uuid4().hex[:12]}"
             os.makedirs(self.staging)
         else:
             self.staging = tempfile.mkdtemp(prefix=f"theseus-{dataset}-")
@@ -252,27 +245,8 @@ class DatasetWriter:
         return meta
 
     def _publish(self) -> None:
-        fs, final = self.fs, self.final
         self._check_free()  # someone may have published meanwhile
-        if self.local:
-            old = None
-            if os.path.exists(final):  # a dataset we may overwrite, or garbage without meta.json
-                old = f"{os.path.dirname(final)}/.{self.dataset}.old-{uuid.uuid4().hex[:12]}"
-                os.rename(final, old)
-            os.rename(self.staging, final)
-            _fsync_dir(os.path.dirname(final))
-            if old:
-                shutil.rmtree(old, ignore_errors=True)
-            return
-        if fs.exists(final):
-            if fs.exists(f"{final}/{META}"):
-                fs.rm(f"{final}/{META}")  # the old dataset disappears before any array changes
-            fs.rm(final, recursive=True)
-        for name in sorted(os.listdir(self.staging)):
-            if name != META:
-                fs.put_file(os.path.join(self.staging, name), f"{final}/{name}")
-        fs.put_file(os.path.join(self.staging, META), f"{final}/{META}")
-        shutil.rmtree(self.staging, ignore_errors=True)
+        rootfs.publish_folder(self.fs, self.staging, self.final, META)
 
     def abort(self) -> None:
         """Drop everything written; the dataset (if it existed) is unchanged."""
@@ -292,14 +266,6 @@ class DatasetWriter:
             self.commit()
         else:
             self.abort()
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Dataset:
@@ -410,8 +376,8 @@ def open_dataset(root: str, dataset: str, hint: str | None = None, cache_dir: st
     """
     check_name(dataset)
     root = os.fspath(root)
-    fs, base = _fs(root)
-    folder = f"{base}/data/{dataset}"
+    fs, base = rootfs.open_root(root)
+    folder = f"{base}/{DATA}/{dataset}"
     try:
         with fs.open(f"{folder}/{META}", "r") as f:
             meta = json.load(f)
@@ -419,7 +385,7 @@ def open_dataset(root: str, dataset: str, hint: str | None = None, cache_dir: st
         raise _not_found(root, dataset, hint) from None
     if meta.get("format") != FORMAT or meta.get("kind") not in KINDS:
         raise ValueError(f"{folder}/{META} is not a theseus dataset (format {meta.get('format')!r})")
-    if not _is_local(fs):
+    if not rootfs.is_local(fs):
         cache = os.path.join(_cache_root(cache_dir), meta["content_hash"])
         os.makedirs(cache, exist_ok=True)
         for name, info in meta["arrays"].items():
@@ -435,12 +401,12 @@ def list_datasets(root: str) -> list[str]:
     >>> list_datasets(tempfile.mkdtemp())
     []
     """
-    fs, base = _fs(root)
-    if not fs.exists(f"{base}/data"):
+    fs, base = rootfs.open_root(root)
+    if not fs.exists(f"{base}/{DATA}"):
         return []
     names = []
-    for entry in fs.ls(f"{base}/data", detail=False):
+    for entry in fs.ls(f"{base}/{DATA}", detail=False):
         name = entry.rstrip("/").rsplit("/", 1)[-1]
-        if not name.startswith(".") and fs.exists(f"{base}/data/{name}/{META}"):
+        if not name.startswith(".") and fs.exists(f"{base}/{DATA}/{name}/{META}"):
             names.append(name)
     return sorted(names)

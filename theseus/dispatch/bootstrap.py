@@ -58,6 +58,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 
 from theseus.dispatch.spec import LaunchSpec
+from theseus.store import layout
 
 __all__ = ["BadInput", "ProcessInfo", "bootstrap_script", "check_spec", "log_path", "main", "process_info", "publish_log"]
 
@@ -176,7 +177,7 @@ def log_path(spec: LaunchSpec, process_id: int) -> str:
     >>> log_path(spec, 1)
     'objects/Z2VuZXJhbC5kZWZhdWx0LnJ1bjphYmNkZWY6MA/logs/process-1.log'
     """
-    return f"objects/{spec.first_node().id}/logs/process-{process_id}.log"
+    return f"{layout.objects(spec.first_node().id)}/{layout.PROCESS_LOGS}/process-{process_id}.log"
 
 
 # ---------------------------------------------------------------------- the worker

@@ -25,7 +25,7 @@ import re
 
 import fsspec
 
-from theseus.store import EmptyResult, Store
+from theseus.store import EmptyResult, Store, layout
 from theseus.store.node import Node, check_nonce
 
 __all__ = ["ProcessLog", "find_logs"]
@@ -82,7 +82,7 @@ def find_logs(root: str, nonce: str, process: int | None = None) -> list[Process
         pass
     found: list[ProcessLog] = []
     for node in sorted(set(starts), key=lambda n: n.seq):
-        folder = store.path("objects", node.id, "logs")
+        folder = store.path(layout.OBJECTS, node.id, layout.PROCESS_LOGS)
         try:
             names = [p.rstrip("/").rsplit("/", 1)[-1] for p in store.fs.ls(folder, detail=False)]
         except FileNotFoundError:
@@ -92,5 +92,5 @@ def find_logs(root: str, nonce: str, process: int | None = None) -> list[Process
             if not match or (process is not None and int(match[1]) != process):
                 continue
             found.append(ProcessLog(Node(name, nonce, node.seq), int(match[1]), int(match[2] or 1),
-                                    store.url("objects", node.id, "logs", file)))
+                                    store.url(layout.OBJECTS, node.id, layout.PROCESS_LOGS, file)))
     return sorted(found, key=lambda log: (log.node.seq, log.attempt, log.process))

@@ -45,6 +45,7 @@ import polars as pl
 
 from theseus.store import fs as rootfs
 from theseus.store import schema, trust
+from theseus.store.layout import CONFIG_FILE, LOG, MANIFEST, OBJECTS
 from theseus.store.node import check_nonce, decode_id, encode_id
 from theseus.store.fold import node_ids
 from theseus.store.reader import empty_frame, latest_records, value_expr
@@ -53,11 +54,8 @@ from theseus.store.view import check_view, list_views, reject_view
 
 __all__ = ["AuditReport", "Change", "CheckpointAudit", "GcReport", "Problem", "Resume", "RunAudit", "audit", "flatten", "gc"]
 
-OBJECTS = "objects"
-MANIFEST = "MANIFEST.json"
 MANIFEST_FORMAT = "theseus.manifest/1"
 INDEX = "checkpoint/index.json"
-CONFIG = "config.yaml"
 CHUNK = 4 << 20  # bytes hashed per read
 ERROR, WARNING = "error", "warning"
 
@@ -282,7 +280,7 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
     if nonce is None:
         problems += _temporaries(fs, base) + _stray_folders(fs, base)
     if not segments and not runs and not unreferenced and nonce is None:
-        problems.append(Problem("empty-root", "log", f"no log segments under {rootfs.url(fs, base)}/log", WARNING))
+        problems.append(Problem("empty-root", LOG, f"no log segments under {rootfs.url(fs, base)}/{LOG}", WARNING))
     return AuditReport(
         root=rootfs.url(fs, base),
         nonce=nonce,
@@ -690,7 +688,7 @@ def _with_changes(fs, base, ckpts, origin, checkpoints, configs) -> list[Checkpo
 
 def _load_config(fs, folder: str) -> dict | None:
     try:
-        return _parse_config(rootfs.read_regular(fs, f"{folder}/{CONFIG}"))
+        return _parse_config(rootfs.read_regular(fs, f"{folder}/{CONFIG_FILE}"))
     except Exception:
         return None
 
@@ -758,10 +756,10 @@ def _check_checkpoints(fs, base, wanted, verify, threads, problems) -> dict[str,
         tasks = []  # (checkpoint index, entry)
         for i, (listed, present, _) in enumerate(opened):
             for rel, entry in (listed or {}).items():
-                if rel in present and present[rel] == entry["size"] and (verify or rel in (CONFIG, INDEX)):
+                if rel in present and present[rel] == entry["size"] and (verify or rel in (CONFIG_FILE, INDEX)):
                     tasks.append((i, rel))
-        digests = list(pool.map(lambda t: _digest(fs, f"{base}/{wanted[t[0]]['value']}/{t[1]}", t[1] in (CONFIG, INDEX)),
-                                tasks))
+        digests = list(pool.map(lambda t: _digest(fs, f"{base}/{wanted[t[0]]['value']}/{t[1]}",
+                                                  t[1] in (CONFIG_FILE, INDEX)), tasks))
     results: list[dict[str, Any]] = [{} for _ in wanted]
     for (i, rel), digest in zip(tasks, digests, strict=True):
         results[i][rel] = digest
@@ -867,7 +865,7 @@ def _judge(node, seq, path, listed, present, hashed, verify, found, cache) -> Ch
         found.append(Problem(kind, f"{path}/{rel}", message))
 
     parsed = {}
-    for rel, parse in ((INDEX, json.loads), (CONFIG, _parse_config)):
+    for rel, parse in ((INDEX, json.loads), (CONFIG_FILE, _parse_config)):
         result = hashed.get(rel)
         if isinstance(result, tuple) and result[2] is not None:
             try:
@@ -876,7 +874,7 @@ def _judge(node, seq, path, listed, present, hashed, verify, found, cache) -> Ch
                 parsed[rel] = cache[rel, result[2]]
             except Exception as e:
                 bad("unparsable-file", rel, f"{path}/{rel} cannot be parsed: {_first_line(e)}")
-    index, config = parsed.get(INDEX), parsed.get(CONFIG)
+    index, config = parsed.get(INDEX), parsed.get(CONFIG_FILE)
     leaves = index.get("leaves") if isinstance(index, dict) else None
     arrays = [str(leaf.get("path", "")) for leaf in leaves if isinstance(leaf, dict)] if isinstance(leaves, list) else []
 
@@ -921,8 +919,8 @@ def _judge(node, seq, path, listed, present, hashed, verify, found, cache) -> Ch
             bad("corrupt-file", rel, f"{where}: read {size} bytes, {entry['size']} in {MANIFEST}")
         elif verify and digest != entry["sha256"]:
             bad("corrupt-file", rel, f"{where}: sha256 {digest[:16]}... != {entry['sha256'][:16]}... in {MANIFEST}")
-    if config is None and CONFIG not in listed:
-        found.append(Problem("no-config", path, f"checkpoint {path} has no {CONFIG}", WARNING))
+    if config is None and CONFIG_FILE not in listed:
+        found.append(Problem("no-config", path, f"checkpoint {path} has no {CONFIG_FILE}", WARNING))
     errors = sum(p.severity == ERROR for p in found)
     return CheckpointAudit(node, seq, path, len(present), sum(present.values()), (errors == 0) if verify else None,
                            config, None, (), errors, hashed_bytes if verify else 0)
@@ -989,9 +987,9 @@ def _stray_folders(fs, base: str) -> list[Problem]:
     """A warning per folder of ``log/`` that is not ``name=<run name>/nonce=<nonce>``: readers skip it."""
     if not rootfs.is_local(fs):
         return []  # object stores have no empty folders, and a stray object's partition is not listed
-    out, log = [], f"{base}/log"
+    out, log = [], f"{base}/{LOG}"
     for name in sorted(_listdir(log)):
-        rel = f"log/{name}"
+        rel = f"{LOG}/{name}"
         if not partition_ok("name=", name):
             out.append(Problem("stray-folder", rel, f"{rel} is not a run name's folder (log/name=<project.group.run>): "
                                "readers skip it", WARNING))

@@ -1,12 +1,17 @@
-"""Where a root lives: local folders and fsspec URLs (gs://), with atomic publish."""
+"""File helpers: where a root lives (local folders and fsspec URLs such as gs://), atomic
+publish of a file or a folder, reads that refuse what is not a regular file of the root,
+and the same operations on a bare location (a path or URL) for artifact folders."""
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
+import shutil
 import stat
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import fsspec
@@ -47,9 +52,16 @@ def require_root(fs: fsspec.AbstractFileSystem, path: str) -> None:
         raise FileNotFoundError(f"no root at {url(fs, path)}: the folder does not exist (a writer creates it)")
 
 
-def is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    """True for the local filesystem (where rename is atomic and fsync exists)."""
-    return isinstance(fs, LocalFileSystem)
+def is_local(where: fsspec.AbstractFileSystem | str) -> bool:
+    """True for the local filesystem (where rename is atomic and fsync exists), given a
+    filesystem or a location (a plain path or a ``file://`` URL).
+
+    >>> is_local(open_root("/tmp/x")[0]), is_local("/tmp/x"), is_local("file:///tmp/x"), is_local("gs://b/x")
+    (True, True, True, False)
+    """
+    if isinstance(where, str):
+        return fsspec.core.split_protocol(where)[0] in (None, "file", "local")
+    return isinstance(where, LocalFileSystem)
 
 
 def url(fs: fsspec.AbstractFileSystem, path: str) -> str:
@@ -120,6 +132,43 @@ def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes | memoryview |
     for new in reversed(created):  # deepest first: each new folder's entry in its parent
         _fsync_folder(os.path.dirname(new))
 
+
+def publish_folder(fs: fsspec.AbstractFileSystem, staging: str, path: str, last: str) -> None:
+    """Make the local folder ``staging`` visible at ``path`` whole, replacing any folder there;
+    the file named ``last`` marks the folder complete, so it appears last and goes first.
+
+    Locally ``staging`` is a sibling of ``path`` (one rename publishes it): a folder already
+    at ``path`` is renamed aside, ``staging`` renamed into place, the parent fsynced, the old
+    folder removed. On object stores, which have no folder rename, ``last`` of the old folder
+    is removed before anything else of it, every file of ``staging`` is uploaded, ``last``
+    at the end, and the local ``staging`` removed.
+
+    >>> import tempfile
+    >>> parent = tempfile.mkdtemp()
+    >>> os.makedirs(parent + "/.new"); open(parent + "/.new/meta.json", "w").close()
+    >>> publish_folder(open_root(parent)[0], parent + "/.new", parent + "/ds", "meta.json")
+    >>> os.listdir(parent), os.listdir(parent + "/ds")
+    (['ds'], ['meta.json'])
+    """
+    if is_local(fs):
+        old = None
+        if os.path.exists(path):  # a folder being replaced, or garbage without ``last``
+            old = f"{os.path.dirname(path)}/.{os.path.basename(path)}.old-{uuid.uuid4().hex[:12]}"
+            os.rename(path, old)
+        os.rename(staging, path)
+        _fsync_folder(os.path.dirname(path))
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+        return
+    if fs.exists(path):
+        if fs.exists(f"{path}/{last}"):
+            fs.rm(f"{path}/{last}")  # the old folder stops being complete before any file changes
+        fs.rm(path, recursive=True)
+    for name in sorted(os.listdir(staging)):
+        if name != last:
+            fs.put_file(os.path.join(staging, name), f"{path}/{name}")
+    fs.put_file(os.path.join(staging, last), f"{path}/{last}")
+    shutil.rmtree(staging, ignore_errors=True)
 
 def _make_folders(folder: str) -> list[str]:
     """Create ``folder`` and its missing parents; returns the folders made, outermost first.
@@ -283,3 +332,115 @@ def temporaries(fs: fsspec.AbstractFileSystem, root: str) -> list[tuple[str, flo
                 if stat.S_ISREG(st.st_mode):
                     found.append((full, st.st_mtime, st.st_size))
     return sorted(found)
+
+
+# ---------------------------------------------------------------------------
+# the same operations on a bare location (a path or URL), for artifact folders that
+# are handed around as one string (a checkpoint folder, a dataset's files)
+
+_BLOCK = 16 << 20  # bytes hashed per read
+
+
+def local_path(location: str) -> str:
+    """The absolute filesystem path of a local ``location``.
+
+    >>> local_path("file:///tmp/x")
+    '/tmp/x'
+    """
+    if not is_local(location):
+        raise ValueError(f"{location} is not a local path")
+    return os.path.abspath(fsspec.core.split_protocol(location)[1])
+
+
+def join(location: str, *parts: str) -> str:
+    """``location/part/...`` for a path or URL.
+
+    >>> join("gs://b/run", "checkpoint", "index.json")
+    'gs://b/run/checkpoint/index.json'
+    """
+    return "/".join([location.rstrip("/"), *(p.strip("/") for p in parts)])
+
+
+def check_relative(path: str) -> str:
+    """``path`` if it is a clean relative path inside a folder, else ValueError.
+
+    >>> check_relative("config.yaml")
+    'config.yaml'
+    >>> check_relative("../x")
+    Traceback (most recent call last):
+    ...
+    ValueError: '../x' is not a relative path inside the folder
+    """
+    parts = path.split("/")
+    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in path:
+        raise ValueError(f"{path!r} is not a relative path inside the folder")
+    return path
+
+
+def write_atomic(location: str, data: bytes | memoryview) -> None:
+    """:func:`publish` ``data`` at a path or URL: visible whole or not at all.
+
+    >>> import tempfile; d = tempfile.mkdtemp()
+    >>> write_atomic(d + "/a.json", b"{}"); open(d + "/a.json", "rb").read()
+    b'{}'
+    """
+    fs, path = open_root(location)
+    publish(fs, path, bytes(data))
+
+
+def read_bytes(location: str) -> bytes:
+    """The content of the file at ``location`` (path or URL).
+
+    >>> import tempfile; d = tempfile.mkdtemp(); write_atomic(d + "/a", b"x"); read_bytes(d + "/a")
+    b'x'
+    """
+    fs, path = fsspec.core.url_to_fs(location)
+    return fs.cat_file(path)
+
+
+def read_many(locations: list[str], threads: int = 16) -> list[bytes]:
+    """The contents of several files, read concurrently (object stores are latency-bound).
+
+    >>> import tempfile; d = tempfile.mkdtemp(); write_atomic(d + "/a", b"x"); read_many([d + "/a"])
+    [b'x']
+    """
+    with ThreadPoolExecutor(max(1, min(threads, len(locations)))) as pool:
+        return list(pool.map(read_bytes, locations))
+
+
+def exists(location: str) -> bool:
+    """Whether a file exists at ``location``.
+
+    >>> exists("/nonexistent/MANIFEST.json")
+    False
+    """
+    fs, path = fsspec.core.url_to_fs(location)
+    return fs.exists(path)
+
+
+def remove_tree(location: str) -> None:
+    """Delete the folder at ``location`` and everything in it (no error if it is absent).
+
+    >>> import tempfile; d = tempfile.mkdtemp(); write_atomic(d + "/x/a", b"1"); remove_tree(d + "/x")
+    >>> exists(d + "/x/a")
+    False
+    """
+    fs, path = fsspec.core.url_to_fs(location)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+def hash_file(location: str) -> tuple[int, str]:
+    """(size, sha256 hex) of the file at ``location``, streamed in blocks.
+
+    >>> import tempfile; d = tempfile.mkdtemp(); write_atomic(d + "/a", b"")
+    >>> hash_file(d + "/a")
+    (0, 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855')
+    """
+    fs, path = fsspec.core.url_to_fs(location)
+    digest, size = hashlib.sha256(), 0
+    with fs.open(path, "rb") as f:
+        while block := f.read(_BLOCK):
+            digest.update(block)
+            size += len(block)
+    return size, digest.hexdigest()

@@ -39,10 +39,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
+from theseus.store.layout import LOG
 from theseus.store.node import FULL_NAME_PATTERN, NONCE_PATTERN
 from theseus.store.schema import INDEX_METADATA, KEYS_METADATA, SEGMENT_SCHEMA, TYPES, merge_types
 
-LOG = "log"
 _LOCAL_FILES = pafs.LocalFileSystem()  # opens a local path as is (no URI parsing per file)
 SMALL_SEGMENT_ROWS = 4096
 _DICTIONARY = ["node", "parent", "writer", "key", "str"]

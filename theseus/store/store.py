@@ -9,7 +9,7 @@ import polars as pl
 from loguru import logger
 
 from theseus.store import fs as rootfs
-from theseus.store import schema
+from theseus.store import layout, schema
 from theseus.store.compact import compact
 from theseus.store.cursor import Cursor, EmptyResult
 from theseus.store.fold import WRITTEN
@@ -61,7 +61,7 @@ class Store:
     def objects(self, node: Node | str) -> str:
         """The artifact folder of a node: ``<root>/objects/<node-id>``."""
         node_id = node.id if isinstance(node, Node) else (decode_id(node) and node)
-        return self.url("objects", node_id)
+        return self.url(layout.OBJECTS, node_id)
 
     def writer(self, flush_interval: float = 1.0) -> Writer:
         """A buffered writer; use it as a context manager."""

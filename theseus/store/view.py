@@ -42,12 +42,12 @@ import pyarrow.parquet as pq
 from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.fold import ARROW, DTYPES, WRITTEN, fold_run, node_ids, with_identity
+from theseus.store.layout import VIEW
 from theseus.store.segments import CorruptSegment, record_listings, union_keys
 
 if TYPE_CHECKING:
     from theseus.store.store import Store
 
-VIEW = "view"
 VIEW_METADATA = b"theseus.view"
 REJECTED = ".rejected"  # suffix of the marker beside a view audit found wrong: readers skip that view
 VIEW_DIGEST = b"theseus.view.sha256"  # of the VIEW_METADATA text: page CRCs do not cover the footer

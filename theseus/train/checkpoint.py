@@ -45,6 +45,8 @@ import numpy as np
 import tensorstore as ts
 from jax.experimental import multihost_utils
 
+from theseus.store import fs as rootfs
+from theseus.store.layout import MANIFEST
 from theseus.train import manifest as mf
 from theseus.train.sharding import key_path_names
 
@@ -105,8 +107,8 @@ def leaf_paths(tree: Any) -> list[str]:
 def _kvstore(folder: str, name: str) -> dict:
     """TensorStore kvstore spec of the array folder of leaf ``name``."""
     rel = f"{CHECKPOINT}/{name}/"
-    if mf.is_local(folder):
-        return {"driver": "file", "path": f"{mf.local_path(folder)}/{rel}"}
+    if rootfs.is_local(folder):
+        return {"driver": "file", "path": f"{rootfs.local_path(folder)}/{rel}"}
     if folder.startswith("gs://"):
         bucket, _, prefix = folder[len("gs://"):].partition("/")
         prefix = prefix.strip("/")
@@ -246,7 +248,7 @@ def _write_arrays(folder: str, plans: list[_LeafPlan], is_main: bool) -> list[mf
         w.commit.result()
     if is_main:  # the array metadata TensorStore wrote, hashed as stored
         metadata = [f"{CHECKPOINT}/{plan.name}/zarr.json" for plan in todo]
-        contents = mf.read_many([mf.join(folder, rel) for rel in metadata])
+        contents = rootfs.read_many([rootfs.join(folder, rel) for rel in metadata])
         entries.extend(mf.FileEntry.of_bytes(rel, data) for rel, data in zip(metadata, contents, strict=True))
     return entries
 
@@ -296,18 +298,18 @@ def _commit(
     is_main = process_index == 0
     entries = _write_arrays(folder, plans, is_main)
     mine = json.dumps({"files": [dataclasses.asdict(e) for e in entries]}).encode()
-    mf.write_atomic(mf.join(folder, _process_file(process_index)), mine)
+    rootfs.write_atomic(rootfs.join(folder, _process_file(process_index)), mine)
     _barrier(tag, "written", process_count, timeout_s)
     if is_main:
         files: list[mf.FileEntry] = []
         for k in range(process_count):
-            raw = mine if k == process_index else mf.read_bytes(mf.join(folder, _process_file(k)))
+            raw = mine if k == process_index else rootfs.read_bytes(rootfs.join(folder, _process_file(k)))
             files.append(mf.FileEntry.of_bytes(_process_file(k), raw))
             files.extend(mf.FileEntry(**e) for e in json.loads(raw)["files"])
         index = {"format": FORMAT, "treedef": treedef, "leaves": [p.index_entry() for p in plans]}
         published = {f"{CHECKPOINT}/{INDEX}": json.dumps(index).encode(), **sidecars}
         for rel, data in published.items():
-            mf.write_atomic(mf.join(folder, rel), data)
+            rootfs.write_atomic(rootfs.join(folder, rel), data)
             files.append(mf.FileEntry.of_bytes(rel, data))
         mf.write_manifest(folder, files)
     _barrier(tag, "committed", process_count, timeout_s)
@@ -318,8 +320,8 @@ def _commit(
 def _check_sidecars(sidecars: Mapping[str, bytes | str] | None) -> dict[str, bytes]:
     out = {}
     for rel, data in (sidecars or {}).items():
-        mf.check_relative(rel)
-        if rel == mf.MANIFEST or rel.split("/")[0] == CHECKPOINT:
+        rootfs.check_relative(rel)
+        if rel == MANIFEST or rel.split("/")[0] == CHECKPOINT:
             raise ValueError(f"sidecar name {rel!r} is reserved")
         out[rel] = data.encode() if isinstance(data, str) else bytes(data)
     return out
@@ -366,7 +368,7 @@ class Checkpointer:
         folder = folder.rstrip("/")
         _kvstore(folder, "")  # fail now on a location TensorStore cannot write
         sidecar_bytes = _check_sidecars(sidecars)
-        if mf.exists(mf.join(folder, mf.MANIFEST)):
+        if rootfs.exists(rootfs.join(folder, MANIFEST)):
             raise ValueError(f"{folder} already holds a complete checkpoint; checkpoints are never overwritten")
         process_index, process_count = jax.process_index(), jax.process_count()
         self._saves += 1
@@ -375,7 +377,7 @@ class Checkpointer:
         # a folder without a manifest is the garbage of an interrupted save (nothing may
         # reference it, by the commit order): clear it before anyone writes
         if process_index == 0:
-            mf.remove_tree(folder)
+            rootfs.remove_tree(folder)
         _barrier(tag, "cleared", process_count, self._barrier_timeout_s)
 
         def run() -> None:
@@ -425,7 +427,7 @@ def is_complete(folder: str) -> bool:
     >>> is_complete("/nonexistent")
     False
     """
-    return mf.exists(mf.join(folder.rstrip("/"), mf.MANIFEST))
+    return rootfs.exists(rootfs.join(folder.rstrip("/"), MANIFEST))
 
 
 # ---------------------------------------------------------------------------
@@ -440,9 +442,9 @@ def read_index(folder: str) -> dict:
     >>> read_index(folder)["leaves"][0]["shape"]
     [2, 3]
     """
-    where = mf.join(folder.rstrip("/"), CHECKPOINT, INDEX)
+    where = rootfs.join(folder.rstrip("/"), CHECKPOINT, INDEX)
     try:
-        index = json.loads(mf.read_bytes(where))
+        index = json.loads(rootfs.read_bytes(where))
     except FileNotFoundError:
         raise FileNotFoundError(f"not a checkpoint: no {where}") from None
     if index.get("format") != FORMAT:

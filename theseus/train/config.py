@@ -25,6 +25,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from theseus.data.tokenizer import TokenizerConfig
 from theseus.model.config import GPTConfig
 
 
@@ -83,31 +84,6 @@ class EvalConfig:
     """
 
     length: int = -1
-
-
-@dataclasses.dataclass
-class HuggingfaceConfig:
-    """`tokenizer.huggingface`: options of the HuggingFace tokenizer backend.
-
-    >>> HuggingfaceConfig().use_fast
-    True
-    """
-
-    use_fast: bool = True
-    use_remote_code: bool = False
-
-
-@dataclasses.dataclass
-class TokenizerConfig:
-    """`tokenizer`: the tokenizer the dataset was made with.
-
-    >>> TokenizerConfig().name
-    'cl100k_base'
-    """
-
-    backend: str = "tiktoken"
-    name: str = "cl100k_base"
-    huggingface: HuggingfaceConfig = dataclasses.field(default_factory=HuggingfaceConfig)
 
 
 @dataclasses.dataclass

@@ -9,8 +9,7 @@ from theseus import config as configs
 from theseus.jobs import Job, _NullWriter, job
 from theseus.store import EmptyResult, Node
 from theseus.store import fs as rootfs
-from theseus.store import schema, trust
-from theseus.train import manifest as mf
+from theseus.store import layout, schema, trust
 from theseus.train.config import PretrainConfig
 
 
@@ -89,10 +88,10 @@ class Pretrain(Job):
         """
         node = self._node_at(step)
         folder = self.store.objects(node)
-        if self.primary and mf.exists(mf.join(folder, mf.MANIFEST)) and not self._references(node):
+        if self.primary and rootfs.exists(rootfs.join(folder, layout.MANIFEST)) and not self._references(node):
             self.log.warning(f"CHECKPOINT | {folder} holds a complete checkpoint no record references "
                              "(left by a crash before its commit); replacing it")
-            mf.remove_tree(folder)
+            rootfs.remove_tree(folder)
         return folder
 
     def _references(self, node: Node) -> bool:
@@ -111,13 +110,13 @@ class Pretrain(Job):
     def _committed(self, step: int, folder: str) -> None:
         node = self._node_at(step)
         if self.writer is not None:
-            self.writer.checkpoint(node, f"objects/{node.id}")
+            self.writer.checkpoint(node, layout.objects(node.id))
 
     def _sidecars(self, step: int) -> dict[str, str]:
         node = self._node_at(step)
         spec = {"key": self.key, "name": self.name, "nonce": node.nonce, "seq": node.seq, "node": node.id,
                 "parent": node.parent, "step": step, "base": self.base.id if self.base else None}
-        return {"job.json": json.dumps(spec, indent=2)}
+        return {layout.JOB_FILE: json.dumps(spec, indent=2)}
 
     # -- lifecycle ------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Files of an artifact folder: atomic publish, and the MANIFEST.json that seals the folder.
+"""The MANIFEST.json that seals an artifact folder: what it lists, writing it, checking against it.
 
 A folder (local path or fsspec URL such as ``gs://bucket/prefix``) is complete
 exactly when ``MANIFEST.json`` is present. The manifest lists every file of the
@@ -13,15 +13,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-import fsspec
+from theseus.store.fs import check_relative, hash_file, join, read_bytes, write_atomic
+from theseus.store.layout import MANIFEST
 
-MANIFEST = "MANIFEST.json"
 FORMAT = "theseus.manifest/1"
-_BLOCK = 16 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,122 +38,6 @@ class FileEntry:
         2
         """
         return FileEntry(path, memoryview(data).nbytes, hashlib.sha256(data).hexdigest())
-
-
-def is_local(location: str) -> bool:
-    """True when ``location`` is a plain path or a ``file://`` URL.
-
-    >>> is_local("/tmp/x"), is_local("gs://bucket/x")
-    (True, False)
-    """
-    protocol, _ = fsspec.core.split_protocol(location)
-    return protocol in (None, "file", "local")
-
-
-def local_path(location: str) -> str:
-    """The absolute filesystem path of a local ``location``.
-
-    >>> local_path("file:///tmp/x")
-    '/tmp/x'
-    """
-    if not is_local(location):
-        raise ValueError(f"{location} is not a local path")
-    return os.path.abspath(fsspec.core.split_protocol(location)[1])
-
-
-def join(location: str, *parts: str) -> str:
-    """``location/part/...`` for a path or URL.
-
-    >>> join("gs://b/run", "checkpoint", "index.json")
-    'gs://b/run/checkpoint/index.json'
-    """
-    return "/".join([location.rstrip("/"), *(p.strip("/") for p in parts)])
-
-
-def check_relative(path: str) -> str:
-    """``path`` if it is a clean relative path inside a folder, else ValueError.
-
-    >>> check_relative("config.yaml")
-    'config.yaml'
-    """
-    parts = path.split("/")
-    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in path:
-        raise ValueError(f"{path!r} is not a relative path inside the folder")
-    return path
-
-
-def write_atomic(location: str, data: bytes) -> None:
-    """Publish ``data`` at ``location`` whole or not at all.
-
-    Locally: a unique temporary name in the same folder, fsync, rename, fsync
-    of the folder. Elsewhere: one fsspec upload.
-
-    >>> import tempfile; d = tempfile.mkdtemp()
-    >>> write_atomic(d + "/a.json", b"{}"); open(d + "/a.json", "rb").read()
-    b'{}'
-    """
-    from theseus.store import fs as rootfs
-
-    fs, path = rootfs.open_root(location)
-    rootfs.publish(fs, path, bytes(data))
-
-
-def read_bytes(location: str) -> bytes:
-    """The content of the file at ``location`` (path or URL).
-
-    >>> import tempfile; d = tempfile.mkdtemp(); write_atomic(d + "/a", b"x"); read_bytes(d + "/a")
-    b'x'
-    """
-    fs, path = fsspec.core.url_to_fs(location)
-    return fs.cat_file(path)
-
-
-def read_many(locations: list[str], threads: int = 16) -> list[bytes]:
-    """The contents of several files, read concurrently (object stores are latency-bound).
-
-    >>> import tempfile; d = tempfile.mkdtemp(); write_atomic(d + "/a", b"x"); read_many([d + "/a"])
-    [b'x']
-    """
-    with ThreadPoolExecutor(max(1, min(threads, len(locations)))) as pool:
-        return list(pool.map(read_bytes, locations))
-
-
-def exists(location: str) -> bool:
-    """Whether a file exists at ``location``.
-
-    >>> exists("/nonexistent/MANIFEST.json")
-    False
-    """
-    fs, path = fsspec.core.url_to_fs(location)
-    return fs.exists(path)
-
-
-def remove_tree(location: str) -> None:
-    """Delete the folder at ``location`` and everything in it (no error if it is absent).
-
-    >>> import tempfile; d = tempfile.mkdtemp(); write_atomic(d + "/x/a", b"1"); remove_tree(d + "/x")
-    >>> exists(d + "/x/a")
-    False
-    """
-    fs, path = fsspec.core.url_to_fs(location)
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
-
-
-def hash_file(location: str) -> tuple[int, str]:
-    """(size, sha256 hex) of the file at ``location``, streamed in blocks.
-
-    >>> import tempfile; d = tempfile.mkdtemp(); write_atomic(d + "/a", b"")
-    >>> hash_file(d + "/a")[0]
-    0
-    """
-    fs, path = fsspec.core.url_to_fs(location)
-    digest, size = hashlib.sha256(), 0
-    with fs.open(path, "rb") as f:
-        while block := f.read(_BLOCK):
-            digest.update(block)
-            size += len(block)
-    return size, digest.hexdigest()
 
 
 def write_manifest(folder: str, entries: Iterable[FileEntry]) -> None:
