@@ -56,6 +56,7 @@ import numpy as np
 import polars as pl
 
 from theseus.store import Node, Store
+from theseus.store.segments import list_segments
 
 INGEST_KEYS = [
     "train/loss", "train/lr", "train/grad_norm", "train/step_time",
@@ -74,6 +75,12 @@ ROWS: list[dict] = []
 
 # -- helpers --------------------------------------------------------------------
 
+
+
+def segments_of(root: str) -> list[str]:
+    """The published segments of the root ``root`` (listed afresh, as a new reader would)."""
+    store = Store(root)
+    return list_segments(store.fs, store.path())
 
 def interleaved(fns: dict, repeat: int) -> dict[str, float]:
     """Median seconds per named callable, alternating them so background load hits all alike."""
@@ -249,7 +256,7 @@ def bench_ingest_history(tmp: str, steps: int, mlflow_steps: int, repeat: int) -
         t_ours = statistics.median(t for t, _ in runs)
         nonce = runs[-1][1]
         root = f"{work}/theseus-{len(runs) - 1}"
-        segs = len(Store(root)._segments())
+        segs = len(segments_of(root))
         print(f"  theseus (median of {len(runs)}): {t_ours:.3f} s = {vs(n_values, t_ours)} ({segs} segments; "
               f"all: {', '.join(f'{t:.3f}' for t, _ in runs)} s)", flush=True)
 
@@ -433,7 +440,7 @@ def bench_grid(cache: Path, runs: int, steps: int, flushes: int, repeat: int) ->
     nonces = [nonce for _, nonce in manifest["runs_written"]]
     unique = [n for n in nonces if nonces.count(n) == 1]
     nonce = unique[len(unique) // 2]
-    n_seg = len(Store(pristine)._segments())
+    n_seg = len(segments_of(pristine))
     print(f"  {n_seg:,} segments before compaction; wide file {wide.stat().st_size / 1e6:.0f} MB; query nonce {nonce}", flush=True)
 
     def check_point(root):
@@ -445,7 +452,7 @@ def bench_grid(cache: Path, runs: int, steps: int, flushes: int, repeat: int) ->
     for phase, root, goal, limit in (("before compaction", pristine, "<= 5x", 5.0), ("after compaction", None, "<= 1.5x", 1.5)):
         if root is None:
             root = compacted_copy(cache)
-            print(f"  {len(Store(root)._segments()):,} segments after compaction", flush=True)
+            print(f"  {len(segments_of(root)):,} segments after compaction", flush=True)
         n = check_point(root)
         warm = Store(root)
         theseus_point(root, nonce, warm)

@@ -4,6 +4,7 @@ from typer.testing import CliRunner
 
 from theseus.cli import app
 from theseus.store import Node, Store
+from tests.store._segments import segment_files
 
 runner = CliRunner()
 
@@ -43,9 +44,9 @@ def test_show_node_and_run(tmp_path):
 def test_compact_command(tmp_path):
     store, first = make_root(tmp_path)
     before = store.find().nonce(first.nonce).select()
-    assert len(store._segments()) == 5
+    assert len(segment_files(store)) == 5
     result = runner.invoke(app, ["compact", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "5 segments -> 1" in result.output and "view v-" in result.output
-    assert len(store._segments()) == 1
+    assert len(segment_files(store)) == 1
     assert Store(tmp_path).find().nonce(first.nonce).select() == before

@@ -74,7 +74,7 @@ def test_gc_reports_a_linked_object_folder_and_keeps_it(tmp_path):
 
 def test_compaction_writes_and_deletes_nothing_through_a_link(tmp_path):
     root, outside = tmp_path / "root", tmp_path / "outside"
-    first = make_run(root)
+    make_run(root)
     os.makedirs(outside)
     (outside / "v-0000000000000000001-00000000.parquet").write_bytes(b"someone else's file")
     os.symlink(outside, root / "view")

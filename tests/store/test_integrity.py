@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from theseus.cli import app
 from theseus.store import CorruptSegment, Node, Store
 from theseus.store.schema import INDEX_METADATA, KEYS_METADATA
+from tests.store._segments import segment_files
 
 runner = CliRunner()
 
@@ -31,7 +32,7 @@ def write_run(root, steps: int = 3) -> Node:
 
 
 def only_segment(root) -> str:
-    [path] = Store(root)._segments()
+    [path] = segment_files(Store(root))
     return path
 
 

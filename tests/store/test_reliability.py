@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from theseus.cli import app
 from theseus.store import Node, Store
+from tests.store._segments import segment_files
 
 WRITER = r"""
 import sys, json
@@ -134,7 +135,7 @@ def test_reader_during_compaction_sees_the_same_answer(tmp_path):
         t.join()
     assert not errors, errors[:3]
     assert answers and all(a == expected for a in answers)
-    assert len(store._segments()) == 1
+    assert len(segment_files(store)) == 1
 
 
 def log_rows(root) -> int:

@@ -4,6 +4,7 @@ import polars as pl
 import pytest
 
 from theseus.store import CorruptSegment, EmptyResult, Node, Store, UnknownKey
+from tests.store._segments import segment_files
 
 
 def write_run(store, name="train-gpt", steps=5, start_loss=10.0, **extra):
@@ -63,6 +64,13 @@ def test_cursor_dsl(root):
     assert {n.nonce for n in store.find().spec(group="other").all()} == {b.nonce}
     assert {n.nonce for n in store.find().spec(run="alpha").all()} == {a.nonce}
     assert store.find().spec(group="grp", run="beta").all() == []
+    # contradicting identity filters match nothing, whatever follows, and say so when one node is asked for
+    nothing = store.find().name("proj.grp.alpha").name("proj.other.beta")
+    assert nothing.all() == [] and nothing.spec(project="proj").nonce(a.nonce).select(keys=["train/loss"]) == []
+    assert store.find().nonce(a.nonce).nonce(b.nonce).all() == []
+    assert store.find().spec(project="proj").spec(project="other").all() == []
+    with pytest.raises(EmptyResult, match="contradicting name or nonce filters"):
+        nothing.first()
     assert {n.nonce for n in store.find().name("proj.grp.alpha").all()} == {a.nonce}
     assert store.find().name("tokenize").all() == [c]
     assert store.find().seq(2).nonce(a.nonce).first().seq == 2
@@ -204,10 +212,10 @@ def test_compaction_same_answer(root):
         w.write(first, {"train/loss": 42.0})
     before = store.find().nonce(first.nonce).select(keys=["train/loss", "train/tokens"])
     before_nodes = store.find().nonce(first.nonce).all()
-    assert len(store._segments()) == 7
+    assert len(segment_files(store)) == 7
     merged = store.compact()
     assert list(merged.values()) == [7]
-    assert len(store._segments()) == 1
+    assert len(segment_files(store)) == 1
     assert store.find().nonce(first.nonce).select(keys=["train/loss", "train/tokens"]) == before
     assert store.find().nonce(first.nonce).all() == before_nodes
     assert before[0]["train/loss"] == 42.0
@@ -220,7 +228,7 @@ def test_truncated_segment_is_named(tmp_path):
     n = Node.start("trunc")
     with store.writer() as w:
         w.write(n, {"x": 1.0})
-    (seg,) = store._segments()
+    (seg,) = segment_files(store)
     data = open(seg, "rb").read()
     open(seg, "wb").write(data[: len(data) // 2])
     with pytest.raises(CorruptSegment, match=seg.split("/")[-1]):
@@ -232,7 +240,7 @@ def test_corrupted_segment_body_is_named(tmp_path):
     n = Node.start("corrupt")
     with store.writer() as w:
         w.write(n, {f"k{i}": float(i) for i in range(50)})
-    (seg,) = store._segments()
+    (seg,) = segment_files(store)
     data = bytearray(open(seg, "rb").read())
     for i in range(8, 200):
         data[i] ^= 0xFF
@@ -265,7 +273,7 @@ def test_flush_interval_publishes_without_close(tmp_path):
     w = store.writer(flush_interval=0.1)
     w.write(n, {"x": 1.0})
     deadline = time.time() + 5
-    while not store._segments() and time.time() < deadline:
+    while not segment_files(store) and time.time() < deadline:
         time.sleep(0.05)
     assert store.find().nonce(n.nonce).select() == [{"x": 1.0}]
     w.close()

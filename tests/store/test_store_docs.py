@@ -18,6 +18,8 @@ MODULES = [
     "theseus.store.scope",
     "theseus.store.view",
     "theseus.store.compact",
+    "theseus.store.index",
+    "theseus.store.view_fold",
 ]
 
 

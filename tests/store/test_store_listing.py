@@ -7,7 +7,9 @@ import shutil
 import time
 
 from theseus.store import Node, Store, segments
+from theseus.store.index import Index
 from theseus.store.segments import Listings, ctime_proves_listings
+from theseus.store.view import list_views, read_view
 
 
 def _write(store: Store, node: Node, value: float) -> None:
@@ -37,13 +39,17 @@ def test_segment_added_within_the_second_is_seen_by_a_warm_store(tmp_path):
     assert _losses(store, n.nonce) == [1.0, 2.0]
 
 
-def test_cached_listing_sees_new_segments_runs_and_names(tmp_path):
+def test_cached_listing_sees_new_segments_runs_and_names(tmp_path, monkeypatch):
     store = Store(tmp_path)
     n = Node.start("old")
     _write(store, n, 1.0)
     time.sleep(1.1)  # folders now older than the margin: their listings are kept
     assert _losses(store) == [1.0]
-    assert store._listings._known  # the listing is cached...
+    listed = []
+    with monkeypatch.context() as patched:
+        patched.setattr(segments, "_scandir", lambda path: listed.append(path) or os.listdir(path))
+        assert _losses(store) == [1.0]
+    assert listed == []  # the listing is cached...
     _write(store, n.next(), 2.0)  # ...and a new segment in a cached run folder is still seen
     assert _losses(store) == [1.0, 2.0]
     time.sleep(1.1)
@@ -64,11 +70,11 @@ def test_merged_segment_with_restored_times_is_seen(tmp_path):
     _write(a, n.next(), 2.0)
     time.sleep(1.1)
     assert _losses(b) == [1.0]  # b's listing is cached now
-    (new,) = set(os.listdir(a._runs()[(n.name, n.nonce)][0].rsplit("/", 1)[0])) - set(
-        os.listdir(b._runs()[(n.name, n.nonce)][0].rsplit("/", 1)[0]))
-    folder = b._runs()[(n.name, n.nonce)][0].rsplit("/", 1)[0]
+    run = f"log/name={n.name}/nonce={n.nonce}"
+    (new,) = set(os.listdir(tmp_path / "a" / run)) - set(os.listdir(tmp_path / "b" / run))
+    folder = tmp_path / "b" / run
     before = os.stat(folder)
-    shutil.copy2(f"{a._runs()[(n.name, n.nonce)][0].rsplit('/', 1)[0]}/{new}", f"{folder}/{new}")
+    shutil.copy2(tmp_path / "a" / run / new, folder / new)
     os.utime(folder, ns=(before.st_atime_ns, before.st_mtime_ns))  # as rsync -a would
     assert os.stat(folder).st_mtime_ns == before.st_mtime_ns
     assert _losses(b) == [1.0, 2.0]
@@ -83,9 +89,9 @@ def test_view_record_spares_listing_and_a_copied_root_lists_again(tmp_path, monk
     store.compact()
     time.sleep(1.1)
     store.compact()  # covers the log already: no new view
-    os.remove(store._view().path)
+    os.remove(list_views(store)[-1])
     store.compact()  # a new view, built with every folder older than the margin
-    view = Store(tmp_path / "a")._view()
+    view = read_view(store, list_views(store)[-1])
     assert view.listing["log"] is not None and all(c is not None for c in view.listing["runs"])
     cold = Store(tmp_path / "a")
     listed = []
@@ -102,7 +108,7 @@ def test_view_record_spares_listing_and_a_copied_root_lists_again(tmp_path, monk
 
 
 def test_recorded_runs_are_the_listing_until_a_folder_changes(tmp_path):
-    """A view's record answers for the listing (Store._recorded_runs) exactly while the stat'ed
+    """A view's record answers for the listing (Index.recorded_runs) exactly while the stat'ed
     folders are unchanged, and only for the runs a glob reaches: a new segment, a new run under
     a known name and a new name each turn it off where they land, and queries see each change."""
     root = tmp_path / "a"
@@ -114,21 +120,25 @@ def test_recorded_runs_are_the_listing_until_a_folder_changes(tmp_path):
     store.compact()
     globs = [("*", "*"), ("g.*", "*"), ("h.*", "*"), ("g.a.x", "*"), ("*", runs[2].nonce[:4] + "*"), ("none.*", "*")]
 
+    def index(root=root) -> Index:
+        store = Store(root)
+        return Index(store.fs, store.path())
+
     def recorded(name: str, nonce: str):
-        cold = Store(root)
-        return cold._recorded_runs(cold._view(), name, nonce)
+        cold = index()
+        return cold.recorded_runs(cold.view(), name, nonce)
 
     for name, nonce in globs:
-        assert recorded(name, nonce) == Store(root)._runs(name, nonce), (name, nonce)
+        assert recorded(name, nonce) == index().runs(name, nonce), (name, nonce)
     assert len(recorded("*", "*")) == 4 and recorded("none.*", "*") == {}
 
     _write(store, runs[2].next(), 9.0)  # a new segment in g.b.y
     assert recorded("*", "*") is None and recorded("g.*", "*") is None
-    assert recorded("h.*", "*") == Store(root)._runs("h.*") and recorded("g.a.x", "*") == Store(root)._runs("g.a.x")
+    assert recorded("h.*", "*") == index().runs("h.*") and recorded("g.a.x", "*") == index().runs("g.a.x")
     assert sorted(_losses(Store(root))) == [0.0, 1.0, 2.0, 3.0, 9.0]
 
     _write(store, Node.start("g.a.x"), 5.0)  # a new run under a known name
-    assert recorded("g.a.x", "*") is None and recorded("h.*", "*") == Store(root)._runs("h.*")
+    assert recorded("g.a.x", "*") is None and recorded("h.*", "*") == index().runs("h.*")
     assert sorted(_losses(Store(root))) == [0.0, 1.0, 2.0, 3.0, 5.0, 9.0]
 
     _write(store, Node.start("h.d.w"), 6.0)  # a new name: the log folder changed
@@ -136,6 +146,6 @@ def test_recorded_runs_are_the_listing_until_a_folder_changes(tmp_path):
     assert sorted(_losses(Store(root))) == [0.0, 1.0, 2.0, 3.0, 5.0, 6.0, 9.0]
 
     shutil.copytree(root, tmp_path / "b")  # a copy has new ctimes: the record proves nothing
-    copy = Store(tmp_path / "b")
-    assert copy._recorded_runs(copy._view(), "h.*", "*") is None
-    assert sorted(_losses(copy)) == [0.0, 1.0, 2.0, 3.0, 5.0, 6.0, 9.0]
+    copy = index(tmp_path / "b")
+    assert copy.recorded_runs(copy.view(), "h.*", "*") is None
+    assert sorted(_losses(Store(tmp_path / "b"))) == [0.0, 1.0, 2.0, 3.0, 5.0, 6.0, 9.0]

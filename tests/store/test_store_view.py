@@ -6,12 +6,12 @@ import os
 
 import polars as pl
 import pyarrow.parquet as pq
-import pytest
 from loguru import logger
 
 from theseus.store import Node, Store
-from theseus.store.scope import MAX_LOG_FOLD_SEGMENTS, Scope
+from theseus.store.scope import MAX_LOG_FOLD_SEGMENTS
 from theseus.store.view import VIEW_METADATA, list_views
+from tests.store._segments import segment_files
 
 
 @contextlib.contextmanager
@@ -93,7 +93,7 @@ def test_an_older_record_published_after_the_view_does_not_win(tmp_path):
         w.write(a, {"loss": 2.0})
     store.compact()
     slow.close()
-    assert len(store._segments()) == 2
+    assert len(segment_files(store)) == 2
     assert Store(tmp_path).find().nonce(a.nonce).select(keys=["loss"]) == [{"loss": 2.0}]
 
 
@@ -182,9 +182,21 @@ def test_a_lineage_of_few_segments_folds_from_the_log_and_answers_as_the_view(tm
         with store.writer() as w:
             w.write(many.next() if i else many, {"loss": float(i)})
     store.compact(nonce="zzzzzz")  # nothing merged; the view is rebuilt to cover the new run
-    assert Scope(store, nonce=nodes[0].nonce).view is None
-    assert Scope(store, nonce=many.nonce).in_view  # read from the view
-    assert store.find().nonce(many.nonce).select(keys=["loss"]) == [{"loss": 0.0}, {"loss": float(MAX_LOG_FOLD_SEGMENTS)}]
+    (view,) = list_views(store)
+    with open(view, "rb") as f:
+        intact = f.read()
+    with open(view, "r+b") as f:  # a damaged view: warned about by the first query that reads it
+        f.seek(-12, os.SEEK_END)
+        f.write(b"\xff" * 4)
+    with logged_warnings() as warnings:
+        few = Store(store.root).find().nonce(nodes[0].nonce).select(keys=["loss"])
+    assert len(few) == 3 and warnings == []  # folded from the log: the view was not read
+    cold = Store(store.root)
+    with logged_warnings() as warnings:
+        assert cold.find().nonce(many.nonce).select(keys=["loss"]) == [{"loss": 0.0}, {"loss": float(MAX_LOG_FOLD_SEGMENTS)}]
+    assert any("ignoring an unreadable view" in w for w in warnings)  # the view was read
+    with open(view, "wb") as f:  # intact again, for the comparisons below
+        f.write(intact)
     for n in nodes:
         narrow = store.find().nonce(n.nonce).select(keys=["loss"])
         wide = [r for r, m in zip(store.find().select(keys=["loss"]), store.find().has("loss").all())
@@ -232,7 +244,7 @@ def test_a_big_segment_of_many_shapes(tmp_path):
             if i % 100 == 0:
                 w.status(node, f"step {i}")
             node = node.next()
-    assert len(store._segments()) == 1
+    assert len(segment_files(store)) == 1
     rows = Store(tmp_path).find().nonce(a.nonce).select(keys=["k3", "k7"])
     assert rows == [{"k3": i * 10 + 3.0, "k7": i * 10 + 7.0} for i in range(700)]
     assert Store(tmp_path).record(a.next())["k1"] == 11.0
@@ -276,7 +288,7 @@ def test_required_and_nullable_segments_read_together(root):
             w.write(node, metrics(i))
             node = node.next()
     end = write_steps(store, node, 3)
-    (first, second) = sorted(store._segments())
+    (first, second) = sorted(segment_files(store))
     required = [[f.name for f in pq.read_schema(io.BytesIO(store.fs.cat_file(p))) if not f.nullable] for p in (first, second)]
     assert required == [["node", "seq", "stamp", "writer", "key"], []]  # a small segment keeps the plain schema
     # rewrite the first segment with every column nullable, as the schema allows

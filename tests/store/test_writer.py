@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from theseus.store import Node, Store
+from tests.store._segments import segment_files
 
 KEYS = {"f": ("x/f", st.floats(allow_nan=False, allow_infinity=False, width=64)),
         "i": ("x/i", st.integers(-(2**62), 2**62)),
@@ -111,6 +112,6 @@ def test_keys_first_seen_as_floats_still_check_each_value(tmp_path):
         w.write(n.next().next(), {"a": np.float32(0.5), "b": 6.0})  # a numpy float: converted, read as 0.5
     assert store.find().nonce(n.nonce).select(keys=["a", "b"]) == [{"a": 1.5, "b": 2.5}, {"a": 3.0, "b": 4.0},
                                                                    {"a": 0.5, "b": 6.0}]
-    (path,) = store._segments()
+    (path,) = segment_files(store)
     table = pq.read_table(io.BytesIO(store.fs.cat_file(path)))
     assert [v for v in table["int"].to_pylist() if v is not None] == [3]

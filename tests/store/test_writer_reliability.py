@@ -8,6 +8,7 @@ import time
 import pytest
 
 from theseus.store import FlushError, Node, Store
+from tests.store._segments import segment_files
 
 COMPACTOR = r"""
 import os, sys, time
@@ -66,7 +67,7 @@ def rows_of(store: Store, node: Node) -> int:
     """Rows the log holds for a run (a record published twice counts twice)."""
     import pyarrow.parquet as pq
 
-    return sum(pq.read_metadata(p).num_rows for p in store._segments(node.name, node.nonce))
+    return sum(pq.read_metadata(p).num_rows for p in segment_files(store, node.name, node.nonce))
 
 
 def test_a_failed_flush_keeps_every_record_until_published_or_discarded(tmp_path):

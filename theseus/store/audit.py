@@ -50,7 +50,9 @@ from theseus.store.node import check_nonce, decode_id, encode_id
 from theseus.store.fold import node_ids
 from theseus.store.reader import empty_frame, latest_records, value_expr
 from theseus.store.segments import check_segment, list_segments, partition_of, partition_ok, retry_vanished, vanished
-from theseus.store.view import check_view, list_views, reject_view
+from theseus.store.index import Index
+from theseus.store.view import list_views, reject_view
+from theseus.store.view_fold import check_view
 
 __all__ = ["AuditReport", "Change", "CheckpointAudit", "GcReport", "Problem", "Resume", "RunAudit", "audit", "flatten", "gc"]
 
@@ -428,16 +430,14 @@ def _read_log(fs, base: str, nonce: str | None, problems: list[Problem]) -> tupl
 
 def _view_problems(fs, base: str, nonce: str | None) -> list[Problem]:
     """Every view checked through against the log (``view.check_view``): for run ``nonce`` only, when given."""
-    from theseus.store.store import Store  # the view's checks read through a Store (no cycle: store imports no audit)
-
-    store = Store(rootfs.url(fs, base))
-    runs = store._runs()
+    index = Index(fs, base)
+    runs = index.runs()
     advice = "readers skip it from now on (marked rejected) and `theseus compact` rebuilds it from the log"
     problems = []
-    for path in list_views(store):
+    for path in list_views(index):
         rel = _rel(base, path)
         try:
-            differs = check_view(store, path, runs, nonce)
+            differs = check_view(index, path, runs, nonce)
         except FileNotFoundError:
             continue  # retired by a newer view meanwhile
         except Exception as e:  # any failure to read a view is reported, never raised
@@ -445,14 +445,14 @@ def _view_problems(fs, base: str, nonce: str | None) -> list[Problem]:
         else:
             found = [Problem("view-differs", rel, f"view {rel} disagrees with the log for run {line}") for line in differs]
         if found:
-            problems += _rejected(store, path, found, advice)
+            problems += _rejected(index, path, found, advice)
     return problems
 
 
-def _rejected(store, path: str, found: list[Problem], advice: str) -> list[Problem]:
+def _rejected(index, path: str, found: list[Problem], advice: str) -> list[Problem]:
     """Mark the view ``path`` rejected (readers skip it); ``found`` with what became of it appended."""
     try:
-        reject_view(store, path, "\n".join(p.message for p in found))
+        reject_view(index, path, "\n".join(p.message for p in found))
     except OSError as e:  # a read-only root: reported, and readers keep reading the view
         advice = f"it could not be marked rejected ({_first_line(e)}): delete it and run `theseus compact`"
     return [dataclasses.replace(p, message=f"{p.message}; {advice}") for p in found]

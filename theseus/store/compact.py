@@ -15,21 +15,17 @@ file (the second gives way).
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING
-
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
+from theseus.store.index import Index
 from theseus.store.schema import KEYS_METADATA, SEGMENT_SCHEMA
 from theseus.store.segments import CorruptSegment, encode, index_of, partition_of, run_dir, segment_name, sort_records
 
-if TYPE_CHECKING:
-    from theseus.store.store import Store
 
-
-def compact_run(store: Store, paths: list[str]) -> str | None:
+def compact_run(index: Index, paths: list[str]) -> str | None:
     """Merge ``paths`` (segments of one run) into one new segment; returns its path.
 
     Rows are ordered by key, seq, stamp and writer, with the block index of
@@ -40,37 +36,37 @@ def compact_run(store: Store, paths: list[str]) -> str | None:
     tables, read = [], []
     for path in paths:
         try:
-            rootfs.check_inside(store.fs, store.path(), path)  # it is deleted below: never through a link
-            rootfs.check_regular(store.fs, path)  # a FIFO or device would block the read or never end
-            with store.fs.open(path, "rb") as f:
+            rootfs.check_inside(index.fs, index.path(), path)  # it is deleted below: never through a link
+            rootfs.check_regular(index.fs, path)  # a FIFO or device would block the read or never end
+            with index.fs.open(path, "rb") as f:
                 table = pq.read_table(f, page_checksum_verification=True)  # a flipped byte is refused, never republished
         except FileNotFoundError:
             continue  # retired by a concurrent compaction: its records live in the merged file
         except Exception as e:
-            raise CorruptSegment(f"cannot compact: corrupt or truncated segment {rootfs.url(store.fs, path)}: {e}") from e
+            raise CorruptSegment(f"cannot compact: corrupt or truncated segment {rootfs.url(index.fs, path)}: {e}") from e
         if KEYS_METADATA not in (table.schema.metadata or {}):
-            raise CorruptSegment(f"cannot compact: {rootfs.url(store.fs, path)} has no theseus footer")
+            raise CorruptSegment(f"cannot compact: {rootfs.url(index.fs, path)} has no theseus footer")
         tables.append(table.replace_schema_metadata(None).cast(SEGMENT_SCHEMA))
         read.append(path)
     if len(tables) < 2:
         return None
     merged = unique_records(sort_records(pa.concat_tables(tables)))
-    keys, index = index_of(merged)
+    keys, blocks = index_of(merged)
     name, nonce = partition_of(paths[0])
     stamp = max(pc.max(t["stamp"]).as_py() or 0 for t in tables)
     # the same segments read give the same name and bytes: a racing compaction of them publishes nothing new
     inputs = hashlib.sha256("\n".join(p.rsplit("/", 1)[-1] for p in read).encode()).hexdigest()[:16]
-    target = f"{run_dir(store.path(), name, nonce)}/{segment_name(stamp, inputs, 0, prefix='c')}"
+    target = f"{run_dir(index.path(), name, nonce)}/{segment_name(stamp, inputs, 0, prefix='c')}"
     try:
-        rootfs.publish(store.fs, target, encode(merged, keys, index), exclusive=True)
+        rootfs.publish(index.fs, target, encode(merged, keys, blocks), exclusive=True)
     except FileExistsError:
         return None  # published by a concurrent compaction of the same segments, which retires them
     for path in read:
         try:
-            store.fs.rm_file(path)
+            index.fs.rm_file(path)
         except FileNotFoundError:
             pass
-    store._footers.forget(paths)
+    index.footers.forget(paths)
     return target
 
 
@@ -99,11 +95,11 @@ def unique_records(table: pa.Table) -> pa.Table:
     return sort_records(table.group_by(table.column_names, use_threads=False).aggregate([]).select(table.column_names))
 
 
-def compact(store: Store, name: str = "*", nonce: str = "*", min_segments: int = 2) -> dict[str, int]:
+def compact(index: Index, name: str = "*", nonce: str = "*", min_segments: int = 2) -> dict[str, int]:
     """Compact every run with at least ``min_segments`` segments; returns ``{run dir: merged count}``."""
-    runs = store._runs(name, nonce)
+    runs = index.runs(name, nonce)
     done = {}
     for (run_name, run_nonce), paths in sorted(runs.items()):
-        if len(paths) >= max(2, min_segments) and compact_run(store, paths):
+        if len(paths) >= max(2, min_segments) and compact_run(index, paths):
             done[f"{run_name}/{run_nonce}"] = len(paths)
     return done

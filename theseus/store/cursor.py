@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -13,14 +14,13 @@ import pyarrow as pa
 from theseus.store import schema
 from theseus.store.node import Node, check_nonce, decode_id, normalize_name
 from theseus.store.fold import WRITTEN, node_ids
+from theseus.store.index import Index
 from theseus.store.scope import Scope
 from theseus.store.segments import CorruptSegment, retry_vanished, vanished
 from theseus.store.view import CorruptView
 
 if TYPE_CHECKING:
     import pandas
-
-    from theseus.store.store import Store
 
 OPS = ("==", "!=", "<", "<=", ">", ">=", "in")
 IDENTITY = ("node", "name", "nonce", "seq", "parent")
@@ -49,9 +49,9 @@ class Cursor:
     [{'train/loss': 1.0}, {'train/loss': 2.0}]
     """
 
-    store: Store
-    name_glob: str = "*"
-    nonce_glob: str = "*"
+    index: Index
+    name_glob: str | None = "*"  # None: no name matches (two name filters contradict)
+    nonce_glob: str | None = "*"  # None: no nonce matches
     node_filters: tuple = ()
     run_filters: tuple = ()
     sorts: tuple = ()
@@ -63,28 +63,28 @@ class Cursor:
 
     def spec(self, project: str | None = None, group: str | None = None, run: str | None = None) -> Cursor:
         """Nodes whose name has these parts; omitted parts match anything."""
-        parts = self.name_glob.split(".") if self.name_glob != "*" else ["*", "*", "*"]
+        parts = self.name_glob.split(".") if self.name_glob not in ("*", None) else ["*", "*", "*"]
         for i, (label, value) in enumerate((("project", project), ("group", group), ("run", run))):
             if value is None:
                 continue
             normalize_name(f"a.b.{value}")  # validates the part
             if parts[i] not in ("*", value):
-                return replace(self, name_glob="\x00")  # contradicting parts: matches nothing
+                return replace(self, name_glob=None)  # contradicting parts: matches nothing
             parts[i] = value
-        return replace(self, name_glob=".".join(parts))
+        return replace(self, name_glob=".".join(parts) if self.name_glob is not None else None)
 
     def name(self, name: str) -> Cursor:
         """Nodes of runs with exactly this name (a bare run name means general.default.<run>)."""
         full = normalize_name(name)
-        if self.name_glob not in ("*", full) and not _glob_match(self.name_glob, full):
-            return replace(self, name_glob="\x00")
+        if self.name_glob is None or (self.name_glob not in ("*", full) and not _glob_match(self.name_glob, full)):
+            return replace(self, name_glob=None)
         return replace(self, name_glob=full)
 
     def nonce(self, nonce: str) -> Cursor:
         """Nodes of the lineage with this nonce."""
         check_nonce(nonce)
         if self.nonce_glob not in ("*", nonce):
-            return replace(self, nonce_glob="\x00")
+            return replace(self, nonce_glob=None)
         return replace(self, nonce_glob=nonce)
 
     def seq(self, seq: int) -> Cursor:
@@ -244,9 +244,11 @@ class Cursor:
     def describe(self) -> str:
         """A readable summary of the query, for error messages."""
         parts = []
-        if self.name_glob != "*":
+        if self.name_glob is None or self.nonce_glob is None:
+            parts.append("contradicting name or nonce filters")
+        if self.name_glob not in ("*", None):
             parts.append(f"name={self.name_glob!r}")
-        if self.nonce_glob != "*":
+        if self.nonce_glob not in ("*", None):
             parts.append(f"nonce={self.nonce_glob!r}")
         parts += [" ".join(map(repr, f)) for f in self.run_filters + self.node_filters]
         parts += [f"sort {k} {'asc' if a else 'desc'}" for k, a in self.sorts]
@@ -266,25 +268,25 @@ class Cursor:
         after the node identity columns with ``identity``, and only rows holding one of them
         (as ``{column: values}`` when :meth:`_plan` answers from the folds alone).
         """
-        self.store._require_root()
+        self.index.require_root()
 
         def run() -> pl.DataFrame | dict[str, list]:
-            scope = Scope(self.store, self.name_glob, self.nonce_glob)
+            scope = Scope(self.index, self.name_glob, self.nonce_glob)
             try:
                 plan = self._plan(scope, select_keys, all_user_keys, parent, select, identity)
                 return plan.collect() if isinstance(plan, pl.LazyFrame) else plan
             except CorruptView as e:  # a view that fails its checksums
-                self.store._ignore_view(e.path, e)
+                self.index.ignore_view(e.path, e)
             except pl.exceptions.PanicException as e:  # Polars' scan of a view panics on some damaged pages
                 if scope.view is None:
                     raise
-                self.store._ignore_view(scope.view.path, e)
+                self.index.ignore_view(scope.view.path, e)
             except CorruptSegment:
                 raise
             except (pl.exceptions.PolarsError, OSError, pa.ArrowException) as e:
                 if scope.view is None or vanished(e):
                     raise
-                self.store._ignore_view(scope.view.path, e)  # log reads raise CorruptSegment: the view is bad
+                self.index.ignore_view(scope.view.path, e)  # log reads raise CorruptSegment: the view is bad
             return run()  # answered from the log now that the view is ignored
 
         return retry_vanished(run)
@@ -406,6 +408,4 @@ def _unknown_key(key: str, types: dict[str, str]) -> None:
 
 
 def _glob_match(pattern: str, name: str) -> bool:
-    import fnmatch
-
     return fnmatch.fnmatchcase(name, pattern)

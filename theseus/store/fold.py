@@ -67,14 +67,15 @@ def fold_run(
 
     >>> import tempfile
     >>> from theseus.store import Store, Node
+    >>> from theseus.store.segments import list_segments, read_footer
     >>> store = Store(tempfile.mkdtemp())
     >>> n = Node.start("doc")
     >>> with store.writer() as w:
     ...     w.write(n, {"a": 1.0}); w.write(n.next(), {"a": 2, "b": "x"})
     >>> with store.writer() as w:
     ...     w.write(n, {"a": 5.0})
-    >>> paths = store._segments()
-    >>> run = fold_run(store.fs, list(zip(paths, store._footers.footers(paths))), {"a": "float", "b": "str"})
+    >>> paths = list_segments(store.fs, store.path())
+    >>> run = fold_run(store.fs, [(p, read_footer(store.fs, p)) for p in paths], {"a": "float", "b": "str"})
     >>> run.frame.rows()
     [(0, 5.0, None), (1, 2.0, 'x')]
     """
@@ -96,12 +97,13 @@ def fold_values(fs: fsspec.AbstractFileSystem, segments: list[tuple[str, Footer]
 
     >>> import tempfile
     >>> from theseus.store import Store, Node
+    >>> from theseus.store.segments import list_segments, read_footer
     >>> store = Store(tempfile.mkdtemp())
     >>> n = Node.start("doc")
     >>> with store.writer() as w:
     ...     w.write(n, {"a": 1.0}); w.write(n.next(), {"b": "x"}); w.write(n.next().next(), {"a": 3})
-    >>> paths = store._segments()
-    >>> values = fold_values(store.fs, list(zip(paths, store._footers.footers(paths))), {"a": "float"}, ["a"])
+    >>> paths = list_segments(store.fs, store.path())
+    >>> values = fold_values(store.fs, [(p, read_footer(store.fs, p)) for p in paths], {"a": "float"}, ["a"])
     >>> values["a"].to_pylist()
     [1.0, 3.0]
     """

@@ -14,53 +14,52 @@ parsing the view's footer):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import polars as pl
 
 from theseus.store.fold import DTYPES, WRITTEN, fold_run, fold_values, python_values, with_identity
+from theseus.store.index import Index
 from theseus.store.segments import is_glob, union_keys
 from theseus.store.view import View, scan_view, stored_columns, view_columns
-
-if TYPE_CHECKING:
-    from theseus.store.store import Store
 
 MAX_LOG_FOLD_SEGMENTS = 8  # a lineage with up to this many segments is folded from the log, not read from the view
 
 
 class Scope:
-    """The segments of the runs matching a name and nonce glob, and the newest view.
+    """The segments of the runs matching a name and nonce glob, and the newest view
+    (a name or nonce of None matches no run: the query's filters contradict).
 
     >>> from theseus.store.store import _doc_store
     >>> store, n = _doc_store()
-    >>> scope = Scope(store, nonce=n.nonce)
+    >>> scope = Scope(Index(store.fs, store.path()), nonce=n.nonce)
     >>> scope.types()
     {'loss': 'float'}
     >>> scope.nodes({"loss": "float"})[0].collect().rows()
     [('general.default.doc', '...', 0, 1.5)]
     """
 
-    def __init__(self, store: Store, name: str = "*", nonce: str = "*"):
-        self.store = store
+    def __init__(self, index: Index, name: str | None = "*", nonce: str | None = "*"):
+        self.index = index
         self.in_view: dict[tuple[str, str], int] = {}  # run -> view run number
         self.newer: dict[tuple[str, str], list[str]] = {}  # view run -> its segments newer than the view
         self.runs: dict[tuple[str, str], list[str]] = {}
         self.view: View | None = None
-        if "\x00" in name + nonce:
+        if name is None or nonce is None:  # contradicting filters: no run can match
             return
         if not is_glob(nonce):  # one lineage: list it first, it may not need the view
-            self.runs = store._runs(name, nonce)
+            self.runs = index.runs(name, nonce)
             if sum(len(paths) for paths in self.runs.values()) <= MAX_LOG_FOLD_SEGMENTS:
                 return  # a few segments fold faster than the view's footer parses (same answer)
-            view = store._view()
+            view = index.view()
         else:
-            view = store._view()  # first: its record of the log spares listing unchanged folders
-            recorded = store._recorded_runs(view, name, nonce)
+            view = index.view()  # first: its record of the log spares listing unchanged folders
+            recorded = index.recorded_runs(view, name, nonce)
             if recorded is not None:  # the log holds exactly what the view folded: every run is in it
                 self.runs, self.view = recorded, view if recorded else None
                 self.in_view = {run: view.runs[run] for run in recorded}
                 return
-            self.runs = store._runs(name, nonce)
+            self.runs = index.runs(name, nonce)
         self.view = view if self.runs else None
         view = self.view
         for run, paths in self.runs.items():
@@ -74,7 +73,7 @@ class Scope:
             covered = set(view.segments[number])
             if covered < names:
                 newer = [p for p in paths if p.rsplit("/", 1)[-1] not in covered]
-                if all(f.stamps and f.stamps[0] > view.stamps[number] for f in store._footers.footers(newer)):
+                if all(f.stamps and f.stamps[0] > view.stamps[number] for f in index.footers.footers(newer)):
                     self.in_view[run] = number
                     self.newer[run] = newer
 
@@ -87,7 +86,7 @@ class Scope:
 
         >>> from theseus.store.store import _doc_store
         >>> store, n = _doc_store()
-        >>> Scope(store, nonce=n.nonce).type_sets()
+        >>> Scope(Index(store.fs, store.path()), nonce=n.nonce).type_sets()
         {'loss': {'float'}}
         """
         found: dict[str, set[str]] = {}
@@ -101,7 +100,7 @@ class Scope:
         sets = [self.view.keys(i) for i in self.in_view.values()]
         for run, paths in self.runs.items():
             if run not in self.in_view or run in self.newer:
-                sets += [f.keys for f in self.store._footers.footers(self.newer.get(run, paths))]
+                sets += [f.keys for f in self.index.footers.footers(self.newer.get(run, paths))]
         return sets
 
     def nodes(
@@ -142,7 +141,7 @@ class Scope:
         if run_filter is not None:
             view_runs = [i for i in view_runs if run_filter(view.latest(i))]
         if view_runs:
-            frame = scan_view(self.store, view, view_runs, stored_columns(view, keys, parent, written))
+            frame = scan_view(self.index, view, view_runs, stored_columns(view, keys, parent, written))
             frame = frame.select(view_columns(view, keys, parent, written))
             if rows:
                 frame = frame.filter(pl.any_horizontal(pl.col(k).is_not_null() for k in rows))
@@ -161,28 +160,28 @@ class Scope:
 
         >>> from theseus.store.store import _doc_store
         >>> store, n = _doc_store()
-        >>> Scope(store, nonce=n.nonce).log_values({"loss": "float"}, ["loss"])
+        >>> Scope(Index(store.fs, store.path()), nonce=n.nonce).log_values({"loss": "float"}, ["loss"])
         {'loss': [1.5]}
         """
         if self.in_view or not self.runs:
             return None
         out: dict[str, list] = {c: [] for c in columns}
         for paths in self.runs.values():
-            values = fold_values(self.store.fs, list(zip(paths, self.store._footers.footers(paths))), keys, columns)
+            values = fold_values(self.index.fs, list(zip(paths, self.index.footers.footers(paths))), keys, columns)
             for c in columns:
                 out[c] += python_values(values[c])
         return out
 
     def _fold(self, run, paths, keys, rows, parent, written, run_keys) -> tuple[pl.DataFrame, dict]:
         """The run's fold from the log (seq first, no name or nonce columns) and its latest records."""
-        footers = self.store._footers.footers(paths)
-        folded = fold_run(self.store.fs, list(zip(paths, footers)), keys, rows, parent=parent, written=written, latest=run_keys)
+        footers = self.index.footers.footers(paths)
+        folded = fold_run(self.index.fs, list(zip(paths, footers)), keys, rows, parent=parent, written=written, latest=run_keys)
         return folded.frame, folded.latest
 
     def _view_with_newer(self, run, number, keys, rows, parent, written, run_keys) -> tuple[pl.DataFrame, dict]:
         """The view's rows of a run with the fold of its newer segments on top (newer values win),
         seq first, like :meth:`_fold`."""
-        base = scan_view(self.store, self.view, [number], stored_columns(self.view, keys, parent, written))
+        base = scan_view(self.index, self.view, [number], stored_columns(self.view, keys, parent, written))
         base = base.select(view_columns(self.view, keys, parent, written)).drop("name", "nonce").collect()
         new, latest = self._fold(run, self.newer[run], keys, None, parent, written, run_keys)
         merged = base.join(new, on="seq", how="full", coalesce=True, suffix=":new")

@@ -679,7 +679,7 @@ def check_segment(fs: fsspec.AbstractFileSystem, path: str) -> pa.Table:
 
     >>> from theseus.store.store import _doc_store
     >>> store, n = _doc_store()
-    >>> check_segment(store.fs, store._segments()[0])["float"].to_pylist()
+    >>> check_segment(store.fs, list_segments(store.fs, store.path())[0])["float"].to_pylist()
     [1.5]
     """
     footer = read_footer(fs, path)

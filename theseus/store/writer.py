@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from operator import countOf
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
+from typing import Any, Iterator, Mapping, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -27,12 +27,10 @@ import pyarrow as pa
 from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.fold import ARROW
+from theseus.store.index import Index
 from theseus.store.node import _PREVIOUS, Node, lineage_columns
 from theseus.store.scope import Scope
 from theseus.store.segments import LOG, encode, retry_vanished, run_dir, segment_name
-
-if TYPE_CHECKING:
-    from theseus.store.store import Store
 
 _PYTYPE = {float: "float", int: "int", bool: "bool", str: "str"}
 _SEQ_END = 2**63  # seqs are stored as int64
@@ -142,8 +140,8 @@ class Writer:
     [{'train/loss': 2.5}]
     """
 
-    def __init__(self, store: Store, flush_interval: float = 1.0):
-        self.store = store
+    def __init__(self, index: Index, flush_interval: float = 1.0):
+        self.index = index  # the root's caches: a flush's key-type check reads its footers
         self.id = secrets.token_hex(4)
         self.flush_interval = flush_interval
         # pending records in columns, only appended to (shape last) and cut from the front
@@ -282,10 +280,11 @@ class Writer:
 
         >>> from theseus.store import Store, Node
         >>> import tempfile
-        >>> w = Store(tempfile.mkdtemp()).writer()
+        >>> store = Store(tempfile.mkdtemp())
+        >>> w = store.writer()
         >>> w.write(Node.start("doc-run"), {"loss": 1.0})
         >>> w.close(discard=True)  # the pending record is dropped, nothing is published
-        >>> w.store.find().all()
+        >>> store.find().all()
         []
         """
         if os.getpid() != self._pid:  # a forked child: the pending records are the parent's to publish
@@ -341,7 +340,7 @@ class Writer:
             kind = _PYTYPE.get(type(value))
             if kind is None or (key not in published and key not in self._claimed) or kind == "int":
                 schema.check_user_key(key)
-                kind = schema.value_type(key, value, f"store.objects(node) = {self.store.objects(node)}")
+                kind = schema.value_type(key, value, f"store.objects(node) = {self.index.url('objects', node.id)}")
                 value = schema.to_python(kind, value)
             if kind == "str":
                 _text(f"value of {key!r}", value)
@@ -357,7 +356,7 @@ class Writer:
     def _published_types(self, fresh: bool = False) -> dict[str, set[str]]:
         """``{key: types}`` of the user keys in the root, read once (again with ``fresh``)."""
         if self._published is None or fresh:
-            types = retry_vanished(lambda: Scope(self.store).type_sets())
+            types = retry_vanished(lambda: Scope(self.index).type_sets())
             self._published = {k: t for k, t in types.items() if not k.startswith("_")}
         return self._published
 
@@ -416,7 +415,7 @@ class Writer:
         stamps = np.maximum.accumulate(lifted) + steps
         seqs, set_parents, rows_of = split_runs(entries, (self._chain_name, self._chain_nonce))
         records = Records(seqs, set_parents, stamps, shapes, values)
-        fs, root = self.store.fs, self.store.path()
+        fs, root = self.index.fs, self.index.path()
         todo = [(run, list(range(len(entries))) if rows is None else rows) for run, rows in rows_of.items()]
         errors: dict[str, Exception] = {}
         try:
@@ -450,7 +449,7 @@ class Writer:
         if not (self._claimed or self._refused):
             yield {}
             return
-        with _root_turn(self.store) if self._claimed else contextlib.nullcontext():
+        with _root_turn(self.index) if self._claimed else contextlib.nullcontext():
             published = self._published_types(fresh=bool(self._claimed))
             conflicts = {}
             for run, rows in todo:
@@ -477,19 +476,20 @@ class Writer:
 
 
 @contextlib.contextmanager
-def _root_turn(store: Store) -> Iterator[None]:
+def _root_turn(index: Index) -> Iterator[None]:
     """Hold the root's turn to publish new keys: an exclusive lock on its log folder (local roots
     only; object stores have no lock, so there this holds nothing).
 
-    >>> from theseus.store import Store
     >>> import tempfile
-    >>> with _root_turn(Store(tempfile.mkdtemp())):
-    ...     pass
+    >>> index = Index(*rootfs.open_root(tempfile.mkdtemp()))
+    >>> with _root_turn(index):
+    ...     os.path.isdir(index.path(LOG))
+    True
     """
-    if not rootfs.is_local(store.fs):
+    if not rootfs.is_local(index.fs):
         yield
         return
-    folder = store.path(LOG)
+    folder = index.path(LOG)
     os.makedirs(folder, exist_ok=True)
     fd = os.open(folder, os.O_RDONLY)
     try:
