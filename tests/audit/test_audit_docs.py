@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-MODULES = ["theseus.store.audit", "theseus.cli_audit", "tests.audit._synthetic"]
+MODULES = ["theseus.store.audit", "theseus.cli.audit", "tests.audit._synthetic"]
 
 
 @pytest.mark.parametrize("name", MODULES)
