@@ -8,6 +8,7 @@ import pytest
 MODULES = [
     "theseus.store.node",
     "theseus.store.fs",
+    "theseus.store.manifest",
     "theseus.store.schema",
     "theseus.store.segments",
     "theseus.store.writer",

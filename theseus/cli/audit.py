@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from theseus.cli.errors import fail, reported
-from theseus.store.audit import AuditReport, CheckpointAudit, RunAudit, audit, flatten, gc
+from theseus.audit import AuditReport, CheckpointAudit, RunAudit, audit, flatten, gc
 
 _SHOWN_GAPS = 4
 _SHOWN_CHANGES = 12

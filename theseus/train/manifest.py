@@ -1,45 +1,27 @@
-"""Files of an artifact folder: atomic publish, and the MANIFEST.json that seals the folder.
+"""Files of an artifact folder: atomic publish, and writing, reading and verifying the MANIFEST.json that seals it.
 
 A folder (local path or fsspec URL such as ``gs://bucket/prefix``) is complete
-exactly when ``MANIFEST.json`` is present. The manifest lists every file of the
-folder by relative path with its size and sha256, and is written last and
-atomically: locally to a temporary name in the same folder, fsync'd, then renamed;
-on object stores with one upload (an object is visible only when its upload
-completes). Only JSON is read back, never pickles.
+exactly when ``MANIFEST.json`` is present; its name and format are ``store/manifest.py``'s.
+The manifest is written last and atomically: locally to a temporary name in the same
+folder, fsync'd, then renamed; on object stores with one upload (an object is visible
+only when its upload completes).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
 
-MANIFEST = "MANIFEST.json"
-FORMAT = "theseus.manifest/1"
+from theseus.store.manifest import MANIFEST, FileEntry, check_relative, encode, parse
+
+__all__ = ["MANIFEST", "FileEntry", "check_relative", "exists", "hash_file", "is_local", "join", "local_path",
+           "read_bytes", "read_many", "read_manifest", "remove_tree", "verify", "write_atomic", "write_manifest"]
+
 _BLOCK = 16 << 20
-
-
-@dataclasses.dataclass(frozen=True)
-class FileEntry:
-    """One file of a folder: path relative to the folder, size in bytes, sha256 hex digest."""
-
-    path: str
-    size: int
-    sha256: str
-
-    @staticmethod
-    def of_bytes(path: str, data: bytes | memoryview) -> FileEntry:
-        """The entry for ``data`` stored at ``path``.
-
-        >>> FileEntry.of_bytes("a.json", b"{}").size
-        2
-        """
-        return FileEntry(path, memoryview(data).nbytes, hashlib.sha256(data).hexdigest())
 
 
 def is_local(location: str) -> bool:
@@ -70,18 +52,6 @@ def join(location: str, *parts: str) -> str:
     'gs://b/run/checkpoint/index.json'
     """
     return "/".join([location.rstrip("/"), *(p.strip("/") for p in parts)])
-
-
-def check_relative(path: str) -> str:
-    """``path`` if it is a clean relative path inside a folder, else ValueError.
-
-    >>> check_relative("config.yaml")
-    'config.yaml'
-    """
-    parts = path.split("/")
-    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in path:
-        raise ValueError(f"{path!r} is not a relative path inside the folder")
-    return path
 
 
 def write_atomic(location: str, data: bytes) -> None:
@@ -165,15 +135,11 @@ def write_manifest(folder: str, entries: Iterable[FileEntry]) -> None:
     >>> write_manifest(d, [FileEntry.of_bytes("a", b"x")]); sorted(read_manifest(d))
     ['a']
     """
-    entries = sorted(entries, key=lambda e: e.path)
-    seen = set()
-    for e in entries:
-        check_relative(e.path)
-        if e.path in seen or e.path == MANIFEST:
-            raise ValueError(f"manifest of {folder} lists {e.path!r} twice or lists itself")
-        seen.add(e.path)
-    body = {"format": FORMAT, "files": [dataclasses.asdict(e) for e in entries]}
-    write_atomic(join(folder, MANIFEST), json.dumps(body, indent=1).encode())
+    try:
+        raw = encode(entries)
+    except ValueError as e:
+        raise ValueError(f"manifest of {folder}: {e}") from None
+    write_atomic(join(folder, MANIFEST), raw)
 
 
 def read_manifest(folder: str) -> dict[str, FileEntry]:
@@ -193,13 +159,9 @@ def read_manifest(folder: str) -> dict[str, FileEntry]:
     except FileNotFoundError:
         raise FileNotFoundError(f"incomplete checkpoint: no {MANIFEST} in {folder}") from None
     try:
-        body = json.loads(raw)
-        if body.get("format") != FORMAT:
-            raise ValueError(f"unknown format {body.get('format')!r}")
-        entries = [FileEntry(str(f["path"]), int(f["size"]), str(f["sha256"])) for f in body["files"]]
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        return parse(raw)
+    except ValueError as e:
         raise ValueError(f"malformed {MANIFEST} in {folder}: {e}") from None
-    return {e.path: e for e in entries}
 
 
 def verify(folder: str, manifest: dict[str, FileEntry] | None = None, threads: int = 8) -> None:
