@@ -30,13 +30,29 @@ CHUNK = 4 << 20  # bytes hashed per read
 
 
 def folder_of(path: str) -> str:
-    """The ``objects/<id>`` folder a checkpoint path lies in (the path itself otherwise)."""
+    """The ``objects/<id>`` folder a checkpoint path lies in (the path itself otherwise).
+
+    >>> folder_of("objects/abc/checkpoint"), folder_of("elsewhere")
+    ('objects/abc', 'elsewhere')
+    """
     parts = (path or "").split("/")
     return "/".join(parts[:2]) if len(parts) >= 2 and parts[0] == OBJECTS else path
 
 
 def check_checkpoints(fs, base, wanted, verify, threads, problems) -> dict[str, CheckpointAudit]:
-    """List, size-check and (``verify``) hash every file of every checkpoint; one pool for all files."""
+    """List, size-check and (``verify``) hash every file of every checkpoint; one pool for all files.
+
+    ``wanted`` are checkpoint records (``node``, ``seq``, ``value``: the folder); problems found are
+    appended to ``problems``; the result is one :class:`CheckpointAudit` per node.
+
+    >>> import tempfile
+    >>> from theseus.audit.reading import open_root
+    >>> fs, base = open_root(tempfile.mkdtemp())
+    >>> found = []
+    >>> checked = check_checkpoints(fs, base, [{"node": "n", "seq": 1, "value": "objects/n"}], True, None, found)
+    >>> checked["n"].ok, [p.kind for p in found]
+    (False, ['missing-checkpoint'])
+    """
     out: dict[str, CheckpointAudit] = {}
     if not wanted:
         return out
