@@ -18,7 +18,7 @@
 2. **trainer.debug(path)** on the quickstart model (path: the last MLP, the deepest one)
    versus one eager forward pass ``model.apply({"params": params}, x)`` on the same
    rows (not jitted; both after a warm-up call, which compiles each primitive once).
-3. **theseus.store.audit.audit(root)** of a run of 1,000 nodes and 20 checkpoints (a
+3. **theseus.audit.audit(root)** of a run of 1,000 nodes and 20 checkpoints (a
    real ``gpt/train/pretrain`` run of 999 steps, a report every step and a checkpoint
    every 50: a 2-layer, 256-wide GPT over a 128-token vocabulary, ~19 MB of state per
    checkpoint), with and without checksums, against hashing the same checkpoint files
@@ -195,7 +195,7 @@ def hash_files(folder: str) -> tuple[int, float]:
 
 
 def bench_audit(root: str) -> None:
-    from theseus.store.audit import audit
+    from theseus.audit import audit
 
     rng = np.random.default_rng(0)
     tokens = (np.arange(200_000) * 7 + rng.integers(0, 3, 200_000)) % 128

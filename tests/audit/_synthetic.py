@@ -8,7 +8,7 @@ with and without checksums, and the bytes the process read meanwhile (Linux)::
     uv run python -m tests.audit._synthetic
 
 >>> import tempfile
->>> from theseus.store.audit import audit
+>>> from theseus.audit import audit
 >>> root = tempfile.mkdtemp()
 >>> nonce = make_synthetic_root(root, nodes=10, checkpoints=2, array_bytes=64)
 >>> report = audit(root)
@@ -27,7 +27,7 @@ import numpy as np
 import yaml
 
 from theseus.store import Node, Store
-from theseus.store.audit import audit
+from theseus.audit import audit
 from theseus.store.fs import write_atomic
 from theseus.train.manifest import FileEntry, write_manifest
 

@@ -1,4 +1,4 @@
-"""`theseus.store.audit`: audit() and gc() on a root with real training runs (resumed, branched, failed)."""
+"""`theseus.audit`: audit() and gc() on a root with real training runs (resumed, branched, failed)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from theseus.store import Node, Store
-from theseus.store.audit import audit, gc
+from theseus.audit import audit, gc
 from theseus.store.segments import list_segments
 
 pytestmark = pytest.mark.slow  # the session fixture trains three tiny runs
@@ -210,7 +210,7 @@ def test_a_checkpoint_record_pointing_outside_the_root_is_not_followed(copy_root
 
 
 def test_audit_imports_no_jax_and_runs_offline(built):
-    code = ("import sys; from theseus.store.audit import audit; "
+    code = ("import sys; from theseus.audit import audit; "
             f"r = audit({built.root!r}); print(r.ok, 'jax' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "False"]

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from tests.audit._synthetic import make_synthetic_root
 from theseus.cli import app
 from theseus.store import Store
-from theseus.store.audit import audit
+from theseus.audit import audit
 
 runner = CliRunner()
 
@@ -71,7 +71,7 @@ def test_a_gcs_root_is_audited_through_fsspec(gcs_emulator, tmp_path):
 
     from tests.conftest import gcs_bucket_root
     from theseus.store import Node
-    from theseus.store.audit import gc
+    from theseus.audit import gc
 
     local = str(tmp_path / "local")
     nonce = make_synthetic_root(local, nodes=40, checkpoints=4, arrays=1, array_bytes=5 << 20)  # > one read

@@ -134,7 +134,7 @@ def test_logs_of_a_resumed_lineage_come_after_its_checkpoints(tmp_path):
 def test_cli_dispatch_docstrings():
     import doctest
 
-    import theseus.cli_dispatch
+    import theseus.cli.dispatch
 
-    result = doctest.testmod(theseus.cli_dispatch, optionflags=doctest.ELLIPSIS)
+    result = doctest.testmod(theseus.cli.dispatch, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0

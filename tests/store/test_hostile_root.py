@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from theseus.cli import app
 from theseus.store import Node, Store
-from theseus.store.audit import audit, gc
+from theseus.audit import audit, gc
 
 runner = CliRunner()
 

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from theseus.cli import app
 from theseus.store import Node, Store
-from theseus.store.audit import audit
+from theseus.audit import audit
 
 runner = CliRunner()
 

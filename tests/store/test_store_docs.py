@@ -9,6 +9,7 @@ MODULES = [
     "theseus.store.node",
     "theseus.store.fs",
     "theseus.store.layout",
+    "theseus.store.manifest",
     "theseus.store.schema",
     "theseus.store.segments",
     "theseus.store.writer",

@@ -13,7 +13,7 @@ import pytest
 from theseus.quick import quick
 from theseus.store import Node, Store
 from theseus.store import writer as writer_module
-from theseus.store.audit import audit
+from theseus.audit import audit
 from theseus.store.claim import ResumeConflict, claim, claims
 
 PRETRAIN = "gpt/train/pretrain"

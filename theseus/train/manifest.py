@@ -1,43 +1,21 @@
-"""The MANIFEST.json that seals an artifact folder: what it lists, writing it, checking against it.
+"""Writing, reading and verifying the MANIFEST.json that seals an artifact folder.
 
 A folder (local path or fsspec URL such as ``gs://bucket/prefix``) is complete
-exactly when ``MANIFEST.json`` is present. The manifest lists every file of the
-folder by relative path with its size and sha256, and is written last and
-atomically: locally to a temporary name in the same folder, fsync'd, then renamed;
-on object stores with one upload (an object is visible only when its upload
-completes). Only JSON is read back, never pickles.
+exactly when ``MANIFEST.json`` is present; its name and format are ``store/manifest.py``'s.
+The manifest is written last and atomically (``store/fs.py``'s ``write_atomic``): locally
+to a temporary name in the same folder, fsync'd, then renamed; on object stores with one
+upload (an object is visible only when its upload completes). Only JSON is read back.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from theseus.store.fs import check_relative, hash_file, join, read_bytes, write_atomic
-from theseus.store.layout import MANIFEST
+from theseus.store.fs import hash_file, join, read_bytes, write_atomic
+from theseus.store.manifest import MANIFEST, FileEntry, encode, parse
 
-FORMAT = "theseus.manifest/1"
-
-
-@dataclasses.dataclass(frozen=True)
-class FileEntry:
-    """One file of a folder: path relative to the folder, size in bytes, sha256 hex digest."""
-
-    path: str
-    size: int
-    sha256: str
-
-    @staticmethod
-    def of_bytes(path: str, data: bytes | memoryview) -> FileEntry:
-        """The entry for ``data`` stored at ``path``.
-
-        >>> FileEntry.of_bytes("a.json", b"{}").size
-        2
-        """
-        return FileEntry(path, memoryview(data).nbytes, hashlib.sha256(data).hexdigest())
+__all__ = ["MANIFEST", "FileEntry", "read_manifest", "verify", "write_atomic", "write_manifest"]
 
 
 def write_manifest(folder: str, entries: Iterable[FileEntry]) -> None:
@@ -47,15 +25,11 @@ def write_manifest(folder: str, entries: Iterable[FileEntry]) -> None:
     >>> write_manifest(d, [FileEntry.of_bytes("a", b"x")]); sorted(read_manifest(d))
     ['a']
     """
-    entries = sorted(entries, key=lambda e: e.path)
-    seen = set()
-    for e in entries:
-        check_relative(e.path)
-        if e.path in seen or e.path == MANIFEST:
-            raise ValueError(f"manifest of {folder} lists {e.path!r} twice or lists itself")
-        seen.add(e.path)
-    body = {"format": FORMAT, "files": [dataclasses.asdict(e) for e in entries]}
-    write_atomic(join(folder, MANIFEST), json.dumps(body, indent=1).encode())
+    try:
+        raw = encode(entries)
+    except ValueError as e:
+        raise ValueError(f"manifest of {folder}: {e}") from None
+    write_atomic(join(folder, MANIFEST), raw)
 
 
 def read_manifest(folder: str) -> dict[str, FileEntry]:
@@ -75,13 +49,9 @@ def read_manifest(folder: str) -> dict[str, FileEntry]:
     except FileNotFoundError:
         raise FileNotFoundError(f"incomplete checkpoint: no {MANIFEST} in {folder}") from None
     try:
-        body = json.loads(raw)
-        if body.get("format") != FORMAT:
-            raise ValueError(f"unknown format {body.get('format')!r}")
-        entries = [FileEntry(str(f["path"]), int(f["size"]), str(f["sha256"])) for f in body["files"]]
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        return parse(raw)
+    except ValueError as e:
         raise ValueError(f"malformed {MANIFEST} in {folder}: {e}") from None
-    return {e.path: e for e in entries}
 
 
 def verify(folder: str, manifest: dict[str, FileEntry] | None = None, threads: int = 8) -> None:

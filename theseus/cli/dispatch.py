@@ -25,7 +25,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from theseus.cli_errors import BAD_INPUT, fail
+from theseus.cli.errors import BAD_INPUT, fail
 
 
 def _say(message: str) -> None:

@@ -22,8 +22,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from theseus.cli_errors import fail, reported
-from theseus.store.audit import AuditReport, CheckpointAudit, RunAudit, audit, flatten, gc
+from theseus.cli.errors import fail, reported
+from theseus.audit import AuditReport, CheckpointAudit, RunAudit, audit, flatten, gc
 
 _SHOWN_GAPS = 4
 _SHOWN_CHANGES = 12

@@ -1,4 +1,4 @@
-"""`theseus plot` / `theseus.replay.plot.plot`: PNGs of runs' metrics, one line per (run, key)."""
+"""`theseus plot` / `theseus.viewer.plot.plot`: PNGs of runs' metrics, one line per (run, key)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from theseus.cli import app
-from theseus.replay.plot import plot, series
 from theseus.store import EmptyResult, Node, Store, UnknownKey
+from theseus.viewer.plot import plot, series
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -33,16 +33,16 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
-import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import fsspec
 import polars as pl
 
+from theseus.audit.checkpoints import check_checkpoints, folder_of
+from theseus.audit.reading import first_line, open_root, parse_config, relative, thread_count
+from theseus.audit.report import WARNING, AuditReport, Change, CheckpointAudit, GcReport, Problem, Resume, RunAudit
 from theseus.store import fs as rootfs
 from theseus.store import schema, trust
 from theseus.store.layout import CONFIG_FILE, LOG, MANIFEST, OBJECTS
@@ -54,187 +54,7 @@ from theseus.store.index import Index
 from theseus.store.view import list_views, reject_view
 from theseus.store.view_fold import check_view
 
-__all__ = ["AuditReport", "Change", "CheckpointAudit", "GcReport", "Problem", "Resume", "RunAudit", "audit", "flatten", "gc"]
-
-MANIFEST_FORMAT = "theseus.manifest/1"
-INDEX = "checkpoint/index.json"
-CHUNK = 4 << 20  # bytes hashed per read
-ERROR, WARNING = "error", "warning"
-
-
-# ---------------------------------------------------------------------------
-# the report
-
-
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    """One finding: ``kind`` (e.g. ``corrupt-file``), ``path`` (root-relative file or
-    folder, or ``name:nonce`` of a run), ``message`` and ``severity`` (``error``
-    fails the audit, ``warning`` does not).
-
-    >>> Problem("corrupt-file", "objects/x/a", "sha256 differs").severity
-    'error'
-    """
-
-    kind: str
-    path: str
-    message: str
-    severity: str = ERROR
-
-
-@dataclasses.dataclass(frozen=True)
-class Change:
-    """One config key that differs between two checkpoints (``before``/``after`` None when absent).
-
-    >>> Change("training.tokens", 100, 200)
-    Change(key='training.tokens', before=100, after=200)
-    """
-
-    key: str
-    before: Any
-    after: Any
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckpointAudit:
-    """One committed checkpoint: its node, folder, file count and bytes on disk, whether
-    every file matched MANIFEST.json (``verified`` is None when checksums were skipped),
-    its config, the changes from the checkpoint ``against`` (a node id), how many
-    integrity problems it has and how many bytes were read and hashed (``hashed``).
-
-    >>> CheckpointAudit("id", 3, "objects/id", 2, 10, True, {"lr": 0.1}, None, ()).ok
-    True
-    """
-
-    node: str
-    seq: int
-    path: str
-    files: int
-    bytes: int
-    verified: bool | None
-    config: dict | None
-    against: str | None
-    changes: tuple[Change, ...]
-    problems: int = 0
-    hashed: int = 0
-
-    @property
-    def ok(self) -> bool:
-        """True when no integrity problem was found in this checkpoint.
-
-        >>> CheckpointAudit("id", 3, "objects/id", 2, 10, False, None, None, (), problems=1).ok
-        False
-        """
-        return self.problems == 0
-
-
-@dataclasses.dataclass(frozen=True)
-class Resume:
-    """A run resumed in its own lineage: the first node of the resumed part and its parent.
-
-    >>> Resume("b", 5, "a", 4, True).parent_seq
-    4
-    """
-
-    node: str
-    seq: int
-    parent: str
-    parent_seq: int
-    parent_checkpoint: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class RunAudit:
-    """One run (lineage): identity, job, status, its nodes from seq 0 to the last, the
-    node it branched from (``parent``, None for a fresh lineage), resumes and checkpoints.
-
-    >>> run = RunAudit("a.b.c", "949e88", "doc/job", "failed", False, "boom", "id", 3, 0, 2, "id", 0, ((1, 1),))
-    >>> run.label
-    'a.b.c:949e88'
-    """
-
-    name: str
-    nonce: str
-    job: str | None
-    status: str | None
-    finished: bool | None
-    error: str | None
-    error_node: str | None
-    nodes: int
-    first_seq: int
-    last_seq: int
-    last_node: str
-    written: int
-    gaps: tuple[tuple[int, int], ...]
-    parent: str | None = None
-    resumes: tuple[Resume, ...] = ()
-    checkpoints: tuple[CheckpointAudit, ...] = ()
-
-    @property
-    def label(self) -> str:
-        """``name:nonce``, how problems name a run."""
-        return f"{self.name}:{self.nonce}"
-
-
-@dataclasses.dataclass(frozen=True)
-class AuditReport:
-    """What :func:`audit` found. ``ok`` is False when any problem is an error.
-
-    >>> report = AuditReport("/r", None, (), (Problem("failed-run", "a:1", "boom", WARNING),))
-    >>> report.ok, len(report.warnings), json.loads(report.to_json())["ok"]
-    (True, 1, True)
-    """
-
-    root: str
-    nonce: str | None
-    runs: tuple[RunAudit, ...]
-    problems: tuple[Problem, ...]
-    unreferenced: tuple[str, ...] = ()
-    segments: int = 0
-    files: int = 0
-    bytes_verified: int = 0
-    seconds: float = 0.0
-    checksums: bool = True
-
-    @property
-    def ok(self) -> bool:
-        """True when no integrity failure was found (warnings allowed)."""
-        return not self.errors
-
-    @property
-    def errors(self) -> tuple[Problem, ...]:
-        """The integrity failures."""
-        return tuple(p for p in self.problems if p.severity == ERROR)
-
-    @property
-    def warnings(self) -> tuple[Problem, ...]:
-        """Findings that do not fail the audit (failed or unfinished runs, unreferenced objects)."""
-        return tuple(p for p in self.problems if p.severity != ERROR)
-
-    def to_dict(self) -> dict:
-        """The report as plain JSON-able data (``ok`` included)."""
-        return {"ok": self.ok, **dataclasses.asdict(self)}
-
-    def to_json(self) -> str:
-        """The report as JSON text, for machines (``theseus audit --json``)."""
-        return json.dumps(self.to_dict(), indent=1, default=str)
-
-
-@dataclasses.dataclass(frozen=True)
-class GcReport:
-    """What :func:`gc` deleted (or, with ``dry_run``, would delete) and the bytes freed, and the
-    unreferenced folders it kept, each with the reason (written too recently, its run has no log, a link);
-    ``temporaries``: the temporary files of killed writers it deleted (or would delete).
-
-    >>> GcReport(("objects/x",), 10, (("objects/y", "written 5 s ago"),), True).deleted
-    ('objects/x',)
-    """
-
-    deleted: tuple[str, ...]
-    bytes: int
-    kept: tuple[tuple[str, str], ...]
-    dry_run: bool
-    temporaries: tuple[str, ...] = ()
+__all__ = ["audit", "flatten", "gc"]
 
 
 # ---------------------------------------------------------------------------
@@ -260,7 +80,7 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
     start = time.perf_counter()
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads}")
-    fs, base = _open(root)
+    fs, base = open_root(root)
     if nonce is not None:
         check_nonce(nonce)
     problems: list[Problem] = []
@@ -275,9 +95,9 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
 
     problems += _config_problems(records, nonce)
     wanted = [r for r in records if r["key"] == schema.CHECKPOINT and (nonce is None or r["nonce"] == nonce)]
-    checked = _check_checkpoints(fs, base, wanted, verify_checksums, threads, problems)
+    checked = check_checkpoints(fs, base, wanted, verify_checksums, threads, problems)
     runs = _runs(fs, base, _run_rows(audited), records, checkpoints, checked, known, problems)
-    referenced = {_folder_of(path) for path in checkpoints.values()}
+    referenced = {folder_of(path) for path in checkpoints.values()}
     unreferenced = _unreferenced(fs, base, referenced, nonce, problems)
     if nonce is None:
         problems += _temporaries(fs, base) + _stray_folders(fs, base)
@@ -325,14 +145,14 @@ def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0
     """
     if min_age_s < 0:
         raise ValueError(f"min_age_s must be >= 0, got {min_age_s}")
-    fs, base = _open(root)
+    fs, base = open_root(root)
     problems: list[Problem] = []
     log, _ = _load_log(fs, base, None, problems)
     if problems:
         bad = ", ".join(p.path for p in problems)
         raise ValueError(f"gc refuses to run: log segments cannot be read ({bad}), so the objects they may "
                          "reference are unknown; see `theseus audit` and repair or remove them first")
-    referenced = {_folder_of(r["value"]) for r in _reserved(log) if r["key"] == schema.CHECKPOINT}
+    referenced = {folder_of(r["value"]) for r in _reserved(log) if r["key"] == schema.CHECKPOINT}
     deleted, kept, freed = [], [], 0
     found: list[Problem] = []
     candidates = _unreferenced(fs, base, referenced, None, found)
@@ -359,7 +179,7 @@ def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0
         freed += size
     temporaries = []
     for path, mtime, size in rootfs.temporaries(fs, base):
-        rel, age = _rel(base, path), time.time() - mtime
+        rel, age = relative(base, path), time.time() - mtime
         if age < min_age_s:
             kept.append((rel, f"a temporary file written {age:.0f} s ago (< {min_age_s:g} s): may still be in use"))
             continue
@@ -379,16 +199,6 @@ def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0
 
 # ---------------------------------------------------------------------------
 # the log
-
-
-def _open(root: str | os.PathLike) -> tuple[fsspec.AbstractFileSystem, str]:
-    fs, base = rootfs.open_root(root)
-    rootfs.require_root(fs, base)
-    return fs, base
-
-
-def _rel(base: str, path: str) -> str:
-    return path[len(base):].lstrip("/")
 
 
 def _load_log(fs, base: str, nonce: str | None, problems: list[Problem]) -> tuple[pl.DataFrame, int]:
@@ -435,13 +245,13 @@ def _view_problems(fs, base: str, nonce: str | None) -> list[Problem]:
     advice = "readers skip it from now on (marked rejected) and `theseus compact` rebuilds it from the log"
     problems = []
     for path in list_views(index):
-        rel = _rel(base, path)
+        rel = relative(base, path)
         try:
             differs = check_view(index, path, runs, nonce)
         except FileNotFoundError:
             continue  # retired by a newer view meanwhile
         except Exception as e:  # any failure to read a view is reported, never raised
-            found = [Problem("corrupt-view", rel, f"view {rel} cannot be read ({_first_line(e)})")]
+            found = [Problem("corrupt-view", rel, f"view {rel} cannot be read ({first_line(e)})")]
         else:
             found = [Problem("view-differs", rel, f"view {rel} disagrees with the log for run {line}") for line in differs]
         if found:
@@ -454,7 +264,7 @@ def _rejected(index, path: str, found: list[Problem], advice: str) -> list[Probl
     try:
         reject_view(index, path, "\n".join(p.message for p in found))
     except OSError as e:  # a read-only root: reported, and readers keep reading the view
-        advice = f"it could not be marked rejected ({_first_line(e)}): delete it and run `theseus compact`"
+        advice = f"it could not be marked rejected ({first_line(e)}): delete it and run `theseus compact`"
     return [dataclasses.replace(p, message=f"{p.message}; {advice}") for p in found]
 
 
@@ -472,7 +282,7 @@ def _read_segments(fs, base: str, paths: list[str], problems: list[Problem]) -> 
     if not paths:
         return empty_frame().collect()
     paths = _regular(fs, base, paths, problems)
-    with ThreadPoolExecutor(_workers(fs, len(paths))) as pool:
+    with ThreadPoolExecutor(thread_count(fs, len(paths))) as pool:
         results = list(pool.map(lambda p: _read_one(fs, p), paths))
     good = []
     for result in results:
@@ -482,9 +292,9 @@ def _read_segments(fs, base: str, paths: list[str], problems: list[Problem]) -> 
         if isinstance(result, pl.DataFrame):
             good.append(result)
         else:
-            rel = _rel(base, path)
+            rel = relative(base, path)
             problems.append(Problem("unreadable-segment", rel, f"log segment {rel} cannot be read "
-                                    f"(truncated, corrupt or forged): {_first_line(result)}"))
+                                    f"(truncated, corrupt or forged): {first_line(result)}"))
     columns = empty_frame().collect_schema()
     return pl.concat(good) if good else pl.DataFrame(schema=columns)
 
@@ -496,7 +306,7 @@ def _regular(fs, base: str, paths: list[str], problems: list[Problem]) -> list[s
         try:
             rootfs.check_regular(fs, path)
         except rootfs.NotPlainFile as e:
-            rel = _rel(base, path)
+            rel = relative(base, path)
             problems.append(Problem("unreadable-segment", rel, f"log segment {rel}: {e}"))
             continue
         except FileNotFoundError:
@@ -513,16 +323,6 @@ def _read_one(fs, path: str) -> pl.DataFrame | Exception:
     name, nonce = partition_of(path)
     frame = pl.from_arrow(table.replace_schema_metadata(None)).with_columns(name=pl.lit(name), nonce=pl.lit(nonce))
     return frame.select(empty_frame().collect_schema().names()).cast(dict(empty_frame().collect_schema()))
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}"
-
-
-def _workers(fs, tasks: int) -> int:
-    limit = max(2, min(8, os.cpu_count() or 2)) if rootfs.is_local(fs) else 32
-    return max(1, min(limit, tasks))
 
 
 def _nodes(log: pl.DataFrame) -> pl.DataFrame:
@@ -686,21 +486,19 @@ def _with_changes(fs, base, ckpts, origin, checkpoints, configs) -> list[Checkpo
     return out
 
 
-def _load_config(fs, folder: str) -> dict | None:
+def _safe_path(path: str) -> str | None:
+    """A root-relative checkpoint path, or None when it could leave the root (the rule resume applies too)."""
     try:
-        return _parse_config(rootfs.read_regular(fs, f"{folder}/{CONFIG_FILE}"))
-    except Exception:
+        return trust.checkpoint_path(path)
+    except ValueError:
         return None
 
 
-def _parse_config(data: bytes) -> dict:
-    """A config.yaml as plain data (no tags, no objects, no resolvers: the rule resume applies too).
-
-    >>> _parse_config(b"training:\\n  lr: 0.1\\n")
-    {'training': {'lr': 0.1}}
-    """
-    loaded = trust.plain_config(data.decode(), "this checkpoint")
-    return loaded if isinstance(loaded, dict) else {"": loaded}
+def _load_config(fs, folder: str) -> dict | None:
+    try:
+        return parse_config(rootfs.read_regular(fs, f"{folder}/{CONFIG_FILE}"))
+    except Exception:
+        return None
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -725,205 +523,6 @@ def _diff(before: dict, after: dict) -> tuple[Change, ...]:
     """
     a, b = flatten(before), flatten(after)
     return tuple(Change(k, a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k) or (k in a) != (k in b))
-
-
-# ---------------------------------------------------------------------------
-# checkpoints
-
-
-def _safe_path(path: str) -> str | None:
-    """A root-relative checkpoint path, or None when it could leave the root (the rule resume applies too)."""
-    try:
-        return trust.checkpoint_path(path)
-    except ValueError:
-        return None
-
-
-def _folder_of(path: str) -> str:
-    """The ``objects/<id>`` folder a checkpoint path lies in (the path itself otherwise)."""
-    parts = (path or "").split("/")
-    return "/".join(parts[:2]) if len(parts) >= 2 and parts[0] == OBJECTS else path
-
-
-def _check_checkpoints(fs, base, wanted, verify, threads, problems) -> dict[str, CheckpointAudit]:
-    """List, size-check and (``verify``) hash every file of every checkpoint; one pool for all files."""
-    out: dict[str, CheckpointAudit] = {}
-    if not wanted:
-        return out
-    workers = threads or _workers(fs, 10**6)
-    with ThreadPoolExecutor(workers) as pool:
-        opened = list(pool.map(lambda w: _open_checkpoint(fs, base, w["value"]), wanted))
-        tasks = []  # (checkpoint index, entry)
-        for i, (listed, present, _) in enumerate(opened):
-            for rel, entry in (listed or {}).items():
-                if rel in present and present[rel] == entry["size"] and (verify or rel in (CONFIG_FILE, INDEX)):
-                    tasks.append((i, rel))
-        digests = list(pool.map(lambda t: _digest(fs, f"{base}/{wanted[t[0]]['value']}/{t[1]}",
-                                                  t[1] in (CONFIG_FILE, INDEX)), tasks))
-    results: list[dict[str, Any]] = [{} for _ in wanted]
-    for (i, rel), digest in zip(tasks, digests, strict=True):
-        results[i][rel] = digest
-    parsed: dict[tuple[str, bytes], Any] = {}  # a run's checkpoints share their config and index: parse each text once
-    for record, (listed, present, failure), hashed in zip(wanted, opened, results, strict=True):
-        node, seq, path = record["node"], record["seq"], record["value"]
-        found: list[Problem] = []
-        if failure is not None:
-            found.append(failure)
-            out[node] = CheckpointAudit(node, seq, path, len(present), sum(present.values()), False if verify else None,
-                                        None, None, (), 1)
-        else:
-            out[node] = _judge(node, seq, path, listed, present, hashed, verify, found, parsed)
-        problems += found
-    return out
-
-
-def _open_checkpoint(fs, base: str, path: str) -> tuple[dict | None, dict[str, int], Problem | None]:
-    """(manifest entries by path, files present with sizes, or the problem that stops the check)."""
-    try:
-        folder = trust.checkpoint_folder(fs, base, path)  # the rule resume applies too
-    except ValueError as e:
-        return None, {}, Problem("bad-checkpoint-path", str(path), str(e))
-    safe = path
-    present = _list_files(fs, folder)
-    if not present:
-        return None, present, Problem("missing-checkpoint", safe, f"checkpoint folder {safe} is missing or empty, "
-                                      "but a checkpoint record references it")
-    if MANIFEST not in present:
-        return None, present, Problem("incomplete-checkpoint", safe, f"checkpoint {safe} has no {MANIFEST}, "
-                                      "but a checkpoint record references it (commit order broken)")
-    try:
-        body = json.loads(rootfs.read_regular(fs, f"{folder}/{MANIFEST}"))
-        if body.get("format") != MANIFEST_FORMAT:
-            raise ValueError(f"unknown format {body.get('format')!r}")
-        listed = {}
-        for f in body["files"]:
-            entry = {"path": str(f["path"]), "size": int(f["size"]), "sha256": str(f["sha256"])}
-            if _safe_path(entry["path"]) is None or entry["path"] == MANIFEST or entry["path"] in listed:
-                raise ValueError(f"bad or repeated file path {entry['path']!r}")
-            listed[entry["path"]] = entry
-    except Exception as e:
-        return None, present, Problem("bad-manifest", f"{safe}/{MANIFEST}", f"malformed {safe}/{MANIFEST}: {_first_line(e)}")
-    return listed, present, None
-
-
-def _list_files(fs, folder: str) -> dict[str, int]:
-    """Every file under ``folder`` (relative path -> size); empty when the folder does not exist."""
-    if rootfs.is_local(fs):
-        out = {}
-        for top, _, names in os.walk(folder):
-            for name in names:
-                full = os.path.join(top, name)
-                out[os.path.relpath(full, folder).replace(os.sep, "/")] = os.stat(full).st_size
-        return out
-    try:
-        found = fs.find(folder, detail=True)
-    except FileNotFoundError:
-        return {}
-    return {_rel(folder, p): int(info.get("size") or 0) for p, info in found.items() if info.get("type") != "directory"}
-
-
-def _digest(fs, path: str, keep: bool) -> tuple[int, str, bytes | None] | Exception:
-    """(bytes read, sha256, the content when ``keep``): every byte read once, in chunks."""
-    digest, size, kept = hashlib.sha256(), 0, []
-    try:
-        if rootfs.is_local(fs):
-            f = rootfs.open_regular(path)  # a FIFO or device listed in a MANIFEST would block or never end
-        else:
-            f = fs.open(path, "rb", block_size=CHUNK, cache_type="none")
-        with f:
-            while block := f.read(CHUNK):
-                digest.update(block)
-                size += len(block)
-                if keep:
-                    kept.append(block)
-    except Exception as e:
-        return e
-    return size, digest.hexdigest(), b"".join(kept) if keep else None
-
-
-def _array_of(rel: str, arrays: list[str]) -> str | None:
-    """The array (leaf path of index.json) a checkpoint file belongs to.
-
-    >>> _array_of("checkpoint/params/w/c/0/1", ["params/w", "step"])
-    'params/w'
-    """
-    if not rel.startswith("checkpoint/"):
-        return None
-    inner = rel[len("checkpoint/"):]
-    owners = [a for a in arrays if inner.startswith(a + "/")]
-    if owners:
-        return max(owners, key=len)
-    for marker in ("/zarr.json", "/c/"):  # no index: the zarr3 layout still names the array
-        if marker in inner:
-            return inner.split(marker)[0]
-    return inner[:-2] if inner.endswith("/c") else None
-
-
-def _judge(node, seq, path, listed, present, hashed, verify, found, cache) -> CheckpointAudit:
-    """Compare the manifest with the files present and their digests."""
-    def bad(kind: str, rel: str, message: str) -> None:
-        found.append(Problem(kind, f"{path}/{rel}", message))
-
-    parsed = {}
-    for rel, parse in ((INDEX, json.loads), (CONFIG_FILE, _parse_config)):
-        result = hashed.get(rel)
-        if isinstance(result, tuple) and result[2] is not None:
-            try:
-                if (rel, result[2]) not in cache:
-                    cache[rel, result[2]] = parse(result[2])
-                parsed[rel] = cache[rel, result[2]]
-            except Exception as e:
-                bad("unparsable-file", rel, f"{path}/{rel} cannot be parsed: {_first_line(e)}")
-    index, config = parsed.get(INDEX), parsed.get(CONFIG_FILE)
-    leaves = index.get("leaves") if isinstance(index, dict) else None
-    arrays = [str(leaf.get("path", "")) for leaf in leaves if isinstance(leaf, dict)] if isinstance(leaves, list) else []
-
-    owner = {rel: _array_of(rel, arrays) or "" for rel in listed}
-    files_of: dict[str, int] = {}
-    for array in owner.values():
-        files_of[array] = files_of.get(array, 0) + 1
-    by_array: dict[str, list[str]] = {}
-    for rel in sorted(set(listed) - set(present)):
-        by_array.setdefault(owner[rel], []).append(rel)
-    for array, rels in sorted(by_array.items()):
-        if array and len(rels) == files_of[array]:
-            bad("missing-array", f"checkpoint/{array}", f"array {array} of checkpoint {path} is missing "
-                f"({len(rels)} files listed in {MANIFEST}: {path}/checkpoint/{array}/)")
-        else:
-            for rel in rels:
-                bad("missing-file", rel, f"{path}/{rel} is listed in {MANIFEST} but missing"
-                    + (f" (array {array})" if array else ""))
-    for array in arrays:
-        if f"checkpoint/{array}/zarr.json" not in listed:
-            bad("unlisted-array", f"checkpoint/{array}", f"array {array} is in {INDEX} but not in {MANIFEST}")
-    for rel in sorted(set(present) - set(listed) - {MANIFEST}):
-        bad("unlisted-file", rel, f"{path}/{rel} is not listed in {MANIFEST}: the folder changed after its commit")
-    hashed_bytes = 0
-    for rel, entry in sorted(listed.items()):
-        if rel not in present:
-            continue
-        array = owner[rel]
-        where = f"{path}/{rel}" + (f" (array {array})" if array else "")
-        if present[rel] != entry["size"]:
-            bad("corrupt-file", rel, f"{where}: size {present[rel]} != {entry['size']} in {MANIFEST}")
-            continue
-        result = hashed.get(rel)
-        if result is None:
-            continue
-        if isinstance(result, Exception):
-            bad("unreadable-file", rel, f"{where} cannot be read: {_first_line(result)}")
-            continue
-        size, digest, _ = result
-        hashed_bytes += size
-        if size != entry["size"]:
-            bad("corrupt-file", rel, f"{where}: read {size} bytes, {entry['size']} in {MANIFEST}")
-        elif verify and digest != entry["sha256"]:
-            bad("corrupt-file", rel, f"{where}: sha256 {digest[:16]}... != {entry['sha256'][:16]}... in {MANIFEST}")
-    if config is None and CONFIG_FILE not in listed:
-        found.append(Problem("no-config", path, f"checkpoint {path} has no {CONFIG_FILE}", WARNING))
-    errors = sum(p.severity == ERROR for p in found)
-    return CheckpointAudit(node, seq, path, len(present), sum(present.values()), (errors == 0) if verify else None,
-                           config, None, (), errors, hashed_bytes if verify else 0)
 
 
 # ---------------------------------------------------------------------------
@@ -976,7 +575,7 @@ def _temporaries(fs, base: str) -> list[Problem]:
     one, so it costs only space; left by a killed writer, or being written right now."""
     out = []
     for path, mtime, size in rootfs.temporaries(fs, base):
-        rel, age = _rel(base, path), max(0.0, time.time() - mtime)
+        rel, age = relative(base, path), max(0.0, time.time() - mtime)
         out.append(Problem("temporary-file", rel, f"{rel} ({size} bytes, written {age:.0f} s ago) is a temporary file "
                            "left by a killed writer, or one being written now; no reader lists it; "
                            "`theseus gc` deletes it once older than --min-age", WARNING))
@@ -1039,7 +638,7 @@ def _keep(fs, base: str, name: str, nonce: str, rel: str) -> str | None:
     log = _read_segments(fs, base, paths, problems)
     if problems:
         return problems[0].message
-    if rel in {_folder_of(p) for p in log.filter(pl.col("key") == schema.CHECKPOINT)["str"].to_list()}:
+    if rel in {folder_of(p) for p in log.filter(pl.col("key") == schema.CHECKPOINT)["str"].to_list()}:
         return "a checkpoint record references it now"
     return None
 

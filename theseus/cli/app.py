@@ -20,8 +20,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from theseus import cli_audit, cli_dispatch, cli_replay, cli_store
-from theseus.cli_errors import ROOT_ERRORS, fail, message
+from theseus.cli import audit as audit_commands
+from theseus.cli import dispatch as dispatch_commands
+from theseus.cli import plot as plot_commands
+from theseus.cli import replay as replay_commands
+from theseus.cli import store as store_commands
+from theseus.cli.errors import ROOT_ERRORS, fail, message
 
 app = typer.Typer(
     name="theseus",
@@ -102,11 +106,9 @@ def run(
         fail(f"{type(e).__name__}: {e} (recorded at node {job.node.id})", 1)
 
 
-cli_store.register(app)  # ls, show, compact
-cli_audit.register(app)  # audit, gc
-cli_replay.register(app)  # verify, plot
-cli_dispatch.register(app)  # submit, launch, logs
+store_commands.register(app)  # ls, show, compact
+audit_commands.register(app)  # audit, gc
+replay_commands.register(app)  # verify
+plot_commands.register(app)  # plot
+dispatch_commands.register(app)  # submit, launch, logs
 
-
-if __name__ == "__main__":  # pragma: no cover
-    app()

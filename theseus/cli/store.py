@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from theseus.cli_errors import fail, reported
+from theseus.cli.errors import fail, reported
 from theseus.store import EmptyResult, Node, Store
 from theseus.store.fold import WRITTEN
 from theseus.store.view import list_views

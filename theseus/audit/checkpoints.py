@@ -1,0 +1,225 @@
+"""Every committed checkpoint against its MANIFEST.json: files present, sizes, and sha256 of every byte.
+
+One thread pool for all files of all checkpoints (object stores are latency-bound);
+each file is read once, and ``config.yaml`` and ``checkpoint/index.json`` are parsed
+from the bytes hashed.
+
+>>> import tempfile
+>>> from theseus.audit.reading import open_root
+>>> fs, base = open_root(tempfile.mkdtemp())
+>>> check_checkpoints(fs, base, [], True, None, [])
+{}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from theseus.audit.reading import INDEX, first_line, parse_config, relative, thread_count
+from theseus.audit.report import ERROR, WARNING, CheckpointAudit, Problem
+from theseus.store import fs as rootfs
+from theseus.store import trust
+from theseus.store.layout import CONFIG_FILE, OBJECTS
+from theseus.store.manifest import MANIFEST, FileEntry
+from theseus.store.manifest import parse as parse_manifest
+
+CHUNK = 4 << 20  # bytes hashed per read
+
+
+def folder_of(path: str) -> str:
+    """The ``objects/<id>`` folder a checkpoint path lies in (the path itself otherwise).
+
+    >>> folder_of("objects/abc/checkpoint"), folder_of("elsewhere")
+    ('objects/abc', 'elsewhere')
+    """
+    parts = (path or "").split("/")
+    return "/".join(parts[:2]) if len(parts) >= 2 and parts[0] == OBJECTS else path
+
+
+def check_checkpoints(fs, base, wanted, verify, threads, problems) -> dict[str, CheckpointAudit]:
+    """List, size-check and (``verify``) hash every file of every checkpoint; one pool for all files.
+
+    ``wanted`` are checkpoint records (``node``, ``seq``, ``value``: the folder); problems found are
+    appended to ``problems``; the result is one :class:`CheckpointAudit` per node.
+
+    >>> import tempfile
+    >>> from theseus.audit.reading import open_root
+    >>> fs, base = open_root(tempfile.mkdtemp())
+    >>> found = []
+    >>> checked = check_checkpoints(fs, base, [{"node": "n", "seq": 1, "value": "objects/n"}], True, None, found)
+    >>> checked["n"].ok, [p.kind for p in found]
+    (False, ['missing-checkpoint'])
+    """
+    out: dict[str, CheckpointAudit] = {}
+    if not wanted:
+        return out
+    workers = threads or thread_count(fs, 10**6)
+    with ThreadPoolExecutor(workers) as pool:
+        opened = list(pool.map(lambda w: _open_checkpoint(fs, base, w["value"]), wanted))
+        tasks = []  # (checkpoint index, entry)
+        for i, (listed, present, _) in enumerate(opened):
+            for rel, entry in (listed or {}).items():
+                if rel in present and present[rel] == entry.size and (verify or rel in (CONFIG_FILE, INDEX)):
+                    tasks.append((i, rel))
+        digests = list(pool.map(lambda t: _digest(fs, f"{base}/{wanted[t[0]]['value']}/{t[1]}", t[1] in (CONFIG_FILE, INDEX)),
+                                tasks))
+    results: list[dict[str, Any]] = [{} for _ in wanted]
+    for (i, rel), digest in zip(tasks, digests, strict=True):
+        results[i][rel] = digest
+    parsed: dict[tuple[str, bytes], Any] = {}  # a run's checkpoints share their config and index: parse each text once
+    for record, (listed, present, failure), hashed in zip(wanted, opened, results, strict=True):
+        node, seq, path = record["node"], record["seq"], record["value"]
+        found: list[Problem] = []
+        if failure is not None:
+            found.append(failure)
+            out[node] = CheckpointAudit(node, seq, path, len(present), sum(present.values()), False if verify else None,
+                                        None, None, (), 1)
+        else:
+            out[node] = _judge(node, seq, path, listed, present, hashed, verify, found, parsed)
+        problems += found
+    return out
+
+
+def _open_checkpoint(fs, base: str, path: str) -> tuple[dict[str, FileEntry] | None, dict[str, int], Problem | None]:
+    """(manifest entries by path, files present with sizes, or the problem that stops the check)."""
+    try:
+        folder = trust.checkpoint_folder(fs, base, path)  # the rule resume applies too
+    except ValueError as e:
+        return None, {}, Problem("bad-checkpoint-path", str(path), str(e))
+    safe = path
+    present = _list_files(fs, folder)
+    if not present:
+        return None, present, Problem("missing-checkpoint", safe, f"checkpoint folder {safe} is missing or empty, "
+                                      "but a checkpoint record references it")
+    if MANIFEST not in present:
+        return None, present, Problem("incomplete-checkpoint", safe, f"checkpoint {safe} has no {MANIFEST}, "
+                                      "but a checkpoint record references it (commit order broken)")
+    try:
+        listed = parse_manifest(rootfs.read_regular(fs, f"{folder}/{MANIFEST}"))
+    except Exception as e:
+        return None, present, Problem("bad-manifest", f"{safe}/{MANIFEST}", f"malformed {safe}/{MANIFEST}: {first_line(e)}")
+    return listed, present, None
+
+
+def _list_files(fs, folder: str) -> dict[str, int]:
+    """Every file under ``folder`` (relative path -> size); empty when the folder does not exist."""
+    if rootfs.is_local(fs):
+        out = {}
+        for top, _, names in os.walk(folder):
+            for name in names:
+                full = os.path.join(top, name)
+                out[os.path.relpath(full, folder).replace(os.sep, "/")] = os.stat(full).st_size
+        return out
+    try:
+        found = fs.find(folder, detail=True)
+    except FileNotFoundError:
+        return {}
+    return {relative(folder, p): int(info.get("size") or 0) for p, info in found.items() if info.get("type") != "directory"}
+
+
+def _digest(fs, path: str, keep: bool) -> tuple[int, str, bytes | None] | Exception:
+    """(bytes read, sha256, the content when ``keep``): every byte read once, in chunks."""
+    digest, size, kept = hashlib.sha256(), 0, []
+    try:
+        if rootfs.is_local(fs):
+            f = rootfs.open_regular(path)  # a FIFO or device listed in a MANIFEST would block or never end
+        else:
+            f = fs.open(path, "rb", block_size=CHUNK, cache_type="none")
+        with f:
+            while block := f.read(CHUNK):
+                digest.update(block)
+                size += len(block)
+                if keep:
+                    kept.append(block)
+    except Exception as e:
+        return e
+    return size, digest.hexdigest(), b"".join(kept) if keep else None
+
+
+def _array_of(rel: str, arrays: list[str]) -> str | None:
+    """The array (leaf path of index.json) a checkpoint file belongs to.
+
+    >>> _array_of("checkpoint/params/w/c/0/1", ["params/w", "step"])
+    'params/w'
+    """
+    if not rel.startswith("checkpoint/"):
+        return None
+    inner = rel[len("checkpoint/"):]
+    owners = [a for a in arrays if inner.startswith(a + "/")]
+    if owners:
+        return max(owners, key=len)
+    for marker in ("/zarr.json", "/c/"):  # no index: the zarr3 layout still names the array
+        if marker in inner:
+            return inner.split(marker)[0]
+    return inner[:-2] if inner.endswith("/c") else None
+
+
+def _judge(node, seq, path, listed, present, hashed, verify, found, cache) -> CheckpointAudit:
+    """Compare the manifest with the files present and their digests."""
+    def bad(kind: str, rel: str, message: str) -> None:
+        found.append(Problem(kind, f"{path}/{rel}", message))
+
+    parsed = {}
+    for rel, parse in ((INDEX, json.loads), (CONFIG_FILE, parse_config)):
+        result = hashed.get(rel)
+        if isinstance(result, tuple) and result[2] is not None:
+            try:
+                if (rel, result[2]) not in cache:
+                    cache[rel, result[2]] = parse(result[2])
+                parsed[rel] = cache[rel, result[2]]
+            except Exception as e:
+                bad("unparsable-file", rel, f"{path}/{rel} cannot be parsed: {first_line(e)}")
+    index, config = parsed.get(INDEX), parsed.get(CONFIG_FILE)
+    leaves = index.get("leaves") if isinstance(index, dict) else None
+    arrays = [str(leaf.get("path", "")) for leaf in leaves if isinstance(leaf, dict)] if isinstance(leaves, list) else []
+
+    owner = {rel: _array_of(rel, arrays) or "" for rel in listed}
+    files_of: dict[str, int] = {}
+    for array in owner.values():
+        files_of[array] = files_of.get(array, 0) + 1
+    by_array: dict[str, list[str]] = {}
+    for rel in sorted(set(listed) - set(present)):
+        by_array.setdefault(owner[rel], []).append(rel)
+    for array, rels in sorted(by_array.items()):
+        if array and len(rels) == files_of[array]:
+            bad("missing-array", f"checkpoint/{array}", f"array {array} of checkpoint {path} is missing "
+                f"({len(rels)} files listed in {MANIFEST}: {path}/checkpoint/{array}/)")
+        else:
+            for rel in rels:
+                bad("missing-file", rel, f"{path}/{rel} is listed in {MANIFEST} but missing"
+                    + (f" (array {array})" if array else ""))
+    for array in arrays:
+        if f"checkpoint/{array}/zarr.json" not in listed:
+            bad("unlisted-array", f"checkpoint/{array}", f"array {array} is in {INDEX} but not in {MANIFEST}")
+    for rel in sorted(set(present) - set(listed) - {MANIFEST}):
+        bad("unlisted-file", rel, f"{path}/{rel} is not listed in {MANIFEST}: the folder changed after its commit")
+    hashed_bytes = 0
+    for rel, entry in sorted(listed.items()):
+        if rel not in present:
+            continue
+        array = owner[rel]
+        where = f"{path}/{rel}" + (f" (array {array})" if array else "")
+        if present[rel] != entry.size:
+            bad("corrupt-file", rel, f"{where}: size {present[rel]} != {entry.size} in {MANIFEST}")
+            continue
+        result = hashed.get(rel)
+        if result is None:
+            continue
+        if isinstance(result, Exception):
+            bad("unreadable-file", rel, f"{where} cannot be read: {first_line(result)}")
+            continue
+        size, digest, _ = result
+        hashed_bytes += size
+        if size != entry.size:
+            bad("corrupt-file", rel, f"{where}: read {size} bytes, {entry.size} in {MANIFEST}")
+        elif verify and digest != entry.sha256:
+            bad("corrupt-file", rel, f"{where}: sha256 {digest[:16]}... != {entry.sha256[:16]}... in {MANIFEST}")
+    if config is None and CONFIG_FILE not in listed:
+        found.append(Problem("no-config", path, f"checkpoint {path} has no {CONFIG_FILE}", WARNING))
+    errors = sum(p.severity == ERROR for p in found)
+    return CheckpointAudit(node, seq, path, len(present), sum(present.values()), (errors == 0) if verify else None,
+                           config, None, (), errors, hashed_bytes if verify else 0)

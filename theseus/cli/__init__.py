@@ -1,0 +1,16 @@
+"""The ``theseus`` command: ``app`` (the ``theseus = "theseus.cli:app"`` entry point) and its command groups.
+
+One module per group of commands, each with a ``register(app)``: ``store`` (ls, show,
+compact), ``audit`` (audit, gc), ``replay`` (verify, plot), ``dispatch`` (submit, launch,
+logs); ``app`` holds the root command and ``jobs`` / ``run``; ``errors`` is how every
+command reports bad input.
+
+>>> from typer.testing import CliRunner
+>>> result = CliRunner().invoke(app, ["--help"])
+>>> result.exit_code, all(name in result.output for name in ("audit", "compact", "plot", "submit"))
+(0, True)
+"""
+
+from theseus.cli.app import app
+
+__all__ = ["app"]
