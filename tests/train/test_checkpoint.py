@@ -201,7 +201,7 @@ def test_docstring_examples_run():
 
     for module in (ckpt, manifest):
         result = doctest.testmod(module)
-        assert result.failed == 0 and result.attempted > 5, module.__name__
+        assert result.failed == 0 and result.attempted >= 3, module.__name__  # the file helpers are store.fs's
 
 
 # --- several devices, in subprocesses -------------------------------------------------
