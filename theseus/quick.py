@@ -355,7 +355,7 @@ def build_spec(root: str, job_key: str, run_name: str, overrides: Iterable[str] 
             try:
                 cursor = q.find().node(base_node)
                 q = cursor.branch() if branch else cursor.resume()
-            except EmptyResult:
+            except (EmptyResult, FileNotFoundError):  # a root that does not exist holds no records either
                 raise ValueError(f"node {base_node} has no records in {root}: nothing to restore from") from None
             if q.job_key != job_key:
                 raise ValueError(f"node {base_node} is a run of job {q.job_key!r}, not {job_key!r}")
