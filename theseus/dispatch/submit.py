@@ -50,6 +50,7 @@ from theseus.dispatch.spec import LaunchSpec
 from theseus.dispatch.ssh import launch_ssh
 from theseus.dispatch.stage import stage_files
 from theseus.dispatch.tpu import format_commands, tpu_commands
+from theseus.store import Store
 
 __all__ = ["NotRunHere", "Submission", "default_repo", "plan_text", "request_for", "submit"]
 
@@ -109,8 +110,6 @@ def request_for(inventory: Inventory, chip: str, n: int, clusters: str | tuple[s
 
 
 def _same_root(a: str, b: str) -> bool:
-    from theseus.store import Store  # lazily: the store loads Polars and PyArrow, which a fresh run never needs
-
     return Store(a).root == Store(b).root
 
 
