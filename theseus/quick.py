@@ -13,21 +13,29 @@
 (10, 'general.default.tokenize-pydoc')
 
 ``init(root)`` returns the same session without a ``with`` block; call ``close()``.
+``spec_from_quick(q)`` and ``build_spec(root, job_key, run_name, overrides)`` turn a
+session's pending job into the ``LaunchSpec`` that ``theseus.dispatch`` runs elsewhere;
+they live here, next to the session they read, so dispatch never imports the session.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterable, Mapping
 
 from loguru import logger
 from omegaconf import DictConfig
 
+from theseus import config as configs
+from theseus.dispatch.inventory import Inventory, load_inventory
+from theseus.dispatch.spec import LaunchSpec
+from theseus.dispatch.submit import request_for, submit
 from theseus.jobs import Job, get_job
-from theseus.store import trust
-from theseus.store.node import Node
+from theseus.store import EmptyResult, Store, trust
+from theseus.store.node import Node, decode_id
 
-__all__ = ["QuickJob", "init", "quick"]
+__all__ = ["QuickJob", "build_spec", "init", "quick", "spec_from_quick"]
 
 
 class QuickJob:
@@ -49,8 +57,6 @@ class QuickJob:
     """
 
     def __init__(self, root: str | os.PathLike):
-        from theseus.store import Store
-
         self.root = os.fspath(root)
         self.store = Store(self.root)
         self.job_key: str | None = None
@@ -103,9 +109,7 @@ class QuickJob:
                 return self  # already the restored job: keep the edits made to q.config since resume()
             cls = get_job(key)
             self.job_key, self.run_name, self.base, self.branched, self.verify = key, name, base, branch, verify
-            from theseus.config import from_yaml
-
-            self._config = from_yaml(cls.Config, config_yaml)
+            self._config = configs.from_yaml(cls.Config, config_yaml)
             return self
         if job_key is None or run_name is None:
             raise ValueError("q.build(job_key, run_name) needs both, "
@@ -240,10 +244,6 @@ class QuickJob:
         >>> plan.placement.host.name, plan.spec.root
         ('hpc', '/r')
         """
-        from theseus.dispatch.inventory import Inventory, load_inventory
-        from theseus.dispatch.spec import spec_from_quick
-        from theseus.dispatch.submit import request_for, submit
-
         self._check_open()
         inv = inventory if isinstance(inventory, Inventory) else load_inventory(inventory)
         sizes = {k: options.pop(k) for k in ("memory_gb", "cpus") if k in options}
@@ -317,3 +317,66 @@ def quick(root: str | os.PathLike) -> QuickJob:
     QuickJob
     """
     return QuickJob(root)
+
+
+def spec_from_quick(q: QuickJob, *, revision: str = "", groups: tuple[str, ...] = (),
+                    env: Mapping[str, str] | None = None) -> LaunchSpec:
+    """The spec of a quick session's pending job (after ``q.build(...)`` or ``q.find()...resume()``).
+
+    The config is recorded whole (YAML); a resumed job continues its base's nonce, a
+    new run or branch gets a fresh one.
+
+    >>> import tempfile
+    >>> with quick(tempfile.mkdtemp()) as q:
+    ...     q.build("data/tokenize/pydoc", "tok").config.data.max_samples = 7
+    ...     spec = spec_from_quick(q)
+    >>> spec.job_key, "max_samples: 7" in spec.config_yaml, spec.base_node
+    ('data/tokenize/pydoc', True, None)
+    """
+    if q.job_key is None:
+        raise ValueError("no job built yet: call q.build(job_key, run_name) first (`theseus jobs` lists the keys)")
+    base = q.base.id if q.base is not None else None
+    resume = base is not None and not q.branched
+    return LaunchSpec(q.job_key, q.run_name, configs.to_yaml(q.config), q.root, base_node=base, resume=resume,
+                      revision=revision, groups=tuple(groups), env=dict(env or {}))
+
+
+def build_spec(root: str, job_key: str, run_name: str, overrides: Iterable[str] = (), *, base_node: str | None = None,
+               branch: bool = False, revision: str = "", groups: tuple[str, ...] = (),
+               env: Mapping[str, str] | None = None) -> LaunchSpec:
+    """The spec of ``job_key`` as ``run_name`` in ``root`` with ``key=value`` overrides; reads, never writes.
+
+    With ``base_node`` the job is restored from that node (its recorded job and config,
+    the overrides on top): ``job_key`` must be the node's job; the run continues the
+    node's lineage (``run_name`` must then be its run), or branches into ``run_name``
+    with ``branch=True`` (and when the lineage already went on past the node).
+    Unknown job keys, config keys, wrongly typed values and unknown nodes are errors.
+
+    >>> import tempfile
+    >>> build_spec(tempfile.mkdtemp(), "data/tokenize/pydoc", "tok", ["data.max_samples=3"]).run_name
+    'tok'
+    >>> build_spec(tempfile.mkdtemp(), "data/tokenize/pydok", "tok")
+    Traceback (most recent call last):
+    ...
+    theseus.jobs.UnknownJobError: unknown job 'data/tokenize/pydok'; did you mean data/tokenize/pydoc? ...
+    """
+    with QuickJob(root) as q:
+        if base_node is None:
+            q.build(job_key, run_name)
+        else:
+            decode_id(base_node)
+            try:
+                cursor = q.find().node(base_node)
+                q = cursor.branch() if branch else cursor.resume()
+            except (EmptyResult, FileNotFoundError):  # a root that does not exist holds no records either
+                raise ValueError(f"node {base_node} has no records in {root}: nothing to restore from") from None
+            if q.job_key != job_key:
+                raise ValueError(f"node {base_node} is a run of job {q.job_key!r}, not {job_key!r}")
+            base_run = Node.from_id(base_node)
+            if not branch and Node.start(run_name).name != base_run.name:
+                raise ValueError(f"resuming {base_node} continues run {base_run.name!r}; got run name {run_name!r} "
+                                 "(branch to start a new run with another name)")
+            if branch:
+                q.run_name = run_name
+        configs.apply_overrides(q.config, list(overrides or ()))
+        return spec_from_quick(q, revision=revision, groups=groups, env=env)

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from theseus.cli import app
 from theseus.dispatch.bootstrap import log_path, publish_log
 from theseus.dispatch.logs import find_logs
-from theseus.dispatch.spec import LaunchSpec, build_spec
+from theseus.dispatch.spec import LaunchSpec
+from theseus.quick import build_spec
 from theseus.store import Store
 
 

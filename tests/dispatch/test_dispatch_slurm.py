@@ -22,10 +22,10 @@ from tests.conftest import free_port
 from tests.dispatch.conftest import InterruptOn, leftover_processes, make_spec, synthetic_root
 from tests.train._subproc import run_python
 from theseus.dispatch.inventory import Cluster, SlurmHost, SshHost
+from theseus.dispatch.remote import HostUnreachable, LaunchFailed
 from theseus.dispatch.slurm import job_state, launch_slurm, sbatch_script
 from theseus.dispatch.solver import Placement
 from theseus.dispatch.spec import LaunchSpec
-from theseus.dispatch.ssh import HostUnreachable, LaunchFailed
 from theseus.store import Store
 
 REPO = str(pathlib.Path(__file__).resolve().parents[2])

@@ -14,7 +14,8 @@ import pytest
 
 from theseus.dispatch.bootstrap import BadInput, bootstrap_script, check_spec, process_info
 from theseus.dispatch.package import DirtyTreeError, package_code
-from theseus.dispatch.spec import LaunchSpec, build_spec
+from theseus.dispatch.spec import LaunchSpec
+from theseus.quick import build_spec
 from theseus.store import Store
 from theseus.store.node import Node
 

@@ -13,9 +13,8 @@ from theseus.cli import app
 from theseus.dispatch.bootstrap import BadInput
 from theseus.dispatch.inventory import parse_inventory
 from theseus.dispatch.logs import find_logs
-from theseus.dispatch.spec import build_spec
 from theseus.dispatch.submit import NotRunHere, request_for, submit
-from theseus.quick import quick
+from theseus.quick import build_spec, quick
 from theseus.store import Store
 
 

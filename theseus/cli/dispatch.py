@@ -57,7 +57,7 @@ def launch(
     (2, True)
     """
     from theseus.dispatch.local import launch_local
-    from theseus.dispatch.spec import build_spec
+    from theseus.quick import build_spec
 
     if resume and branch:
         fail("--resume and --branch exclude each other: continue a run, or start a branch of it", 2)
@@ -107,7 +107,7 @@ def submit(
     """
     from theseus.dispatch.inventory import load_inventory
     from theseus.dispatch.solver import solve
-    from theseus.dispatch.spec import build_spec
+    from theseus.quick import build_spec
     from theseus.dispatch.submit import request_for
     from theseus.dispatch.submit import submit as submit_spec
 

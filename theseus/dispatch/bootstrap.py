@@ -57,8 +57,16 @@ import threading
 import traceback
 from collections.abc import Mapping, Sequence
 
+from loguru import logger
+
+from theseus import config as configs
+from theseus import logs
 from theseus.dispatch.spec import LaunchSpec
+from theseus.jobs import get_job
+from theseus.store import EmptyResult, Store
+from theseus.store import fs as rootfs
 from theseus.store import layout
+from theseus.store.node import Node
 
 __all__ = ["BadInput", "ProcessInfo", "bootstrap_script", "check_spec", "log_path", "main", "process_info", "publish_log"]
 
@@ -206,9 +214,6 @@ def check_spec(spec: LaunchSpec, num_processes: int = 1):
     ...     print(e)
     training.per_device_batch_size=-1 (autobatch) runs on one process only, and this launch has 2: set an explicit size, e.g. training.per_device_batch_size=4
     """
-    from theseus import config as configs
-    from theseus.jobs import get_job
-
     try:
         cls = get_job(spec.job_key)
         cfg = configs.from_yaml(cls.Config, spec.config_yaml)
@@ -223,7 +228,7 @@ def check_spec(spec: LaunchSpec, num_processes: int = 1):
 
 def _initialize(info: ProcessInfo) -> None:
     """``jax.distributed.initialize`` with short timeouts; the coordinator binds to 127.0.0.1 when local."""
-    import jax
+    import jax  # lazily: the supervisor and the launchers that import this module never need JAX
 
     host, port = info.coordinator.rsplit(":", 1)
     wanted = {
@@ -242,8 +247,6 @@ def _initialize(info: ProcessInfo) -> None:
 
 def _record_failure(spec: LaunchSpec, cfg_yaml: str, error: str) -> None:
     """Record the launched run as failed at its first node (job key and config too)."""
-    from theseus.store import Store
-
     node = spec.first_node()
     with Store(spec.root).writer() as w:
         w.job(node, spec.job_key, cfg_yaml)
@@ -272,11 +275,7 @@ def run_worker(spec: LaunchSpec, info: ProcessInfo) -> int:
 
 
 def _work(spec: LaunchSpec, info: ProcessInfo) -> int:
-    from theseus import logs
-
     logs.setup(os.environ.get("THESEUS_LOG_LEVEL") or "INFO")
-    from loguru import logger
-
     try:
         cls, cfg = check_spec(spec, info.num_processes)
     except BadInput as e:
@@ -287,8 +286,6 @@ def _work(spec: LaunchSpec, info: ProcessInfo) -> int:
         signal.signal(signal.SIGTERM, _terminated)  # JAX's preemption notifier took SIGTERM over: take it back
     logger.info(f"BOOTSTRAP | process {info.process_id}/{info.num_processes} | {spec.job_key} "
                 f"{spec.run_name} nonce {spec.nonce} | root {spec.root}")
-    from theseus.store.node import Node
-
     base = Node.from_id(spec.base_node) if spec.base_node else None
     try:
         job = cls.create(spec.root, spec.run_name, cfg, base=base, branch=base is not None and not spec.resume,
@@ -297,8 +294,6 @@ def _work(spec: LaunchSpec, info: ProcessInfo) -> int:
         text = traceback.format_exc()
         print(text, file=sys.stderr, flush=True)
         if info.process_id == 0:
-            from theseus import config as configs
-
             _record_failure(spec, configs.to_yaml(cfg), text)
         return EXIT_FAILED
     try:
@@ -338,9 +333,6 @@ def publish_log(spec: LaunchSpec, process_id: int, data: bytes) -> str:
     >>> [publish_log(spec, 0, b"out").rsplit("/", 1)[1] for _ in range(2)]
     ['process-0.log', 'process-0.2.log']
     """
-    from theseus.store import Store
-    from theseus.store import fs as rootfs
-
     store = Store(spec.root)
     base = log_path(spec, process_id)
     path, n = store.path(base), 1
@@ -357,9 +349,6 @@ def _tail(data: bytes, lines: int = TAIL_LINES) -> str:
 
 def _record_crash(spec: LaunchSpec, returncode: int, output: bytes) -> bool:
     """On process 0: record the run as failed when the worker ended badly without recording it."""
-    from theseus.store import Store
-    from theseus.store import EmptyResult
-
     try:
         status = Store(spec.root).run_record(spec.nonce).get("_status")
     except EmptyResult:

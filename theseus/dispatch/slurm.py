@@ -37,22 +37,20 @@ import sys
 import time
 from typing import IO, Any
 
-from theseus.dispatch.ssh import (
+from theseus.dispatch.remote import (
     FREE_PORT,
     HostUnreachable,
     Launched,
     LaunchFailed,
     Ssh,
     absolute,
-    device_env,
-    exports,
-    new_stage,
     require_host,
     ship,
-    stage_files,
 )
+from theseus.dispatch.stage import device_env, exports, new_stage, stage_files
 
 __all__ = ["Login", "launch_slurm", "sbatch_script", "job_state"]
+
 
 def sbatch_script(spec: Any, placement: Any, stage: str | None = None, uv: str | None = None) -> str:
     """The sbatch script of ``spec`` on the placement's SLURM host; its files live in ``stage``
@@ -171,7 +169,7 @@ def launch_slurm(spec: Any, placement: Any, tarball: bytes, *, uv: str | None = 
     >>> launch_slurm(LaunchSpec("k/x", "r", "", "/r", nonce="abcdef"), placement, b"")
     Traceback (most recent call last):
     ...
-    theseus.dispatch.ssh.HostUnreachable: cannot reach ssh host 127.0.0.1:1: ssh: ...: Connection refused; ...
+    theseus.dispatch.remote.HostUnreachable: cannot reach ssh host 127.0.0.1:1: ssh: ...: Connection refused; ...
     """
     host = placement.host
     require_host(host, "slurm", "launch_slurm needs a slurm host")

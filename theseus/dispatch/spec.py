@@ -29,7 +29,7 @@ from typing import Any
 
 from theseus.store.node import Node, check_nonce, decode_id
 
-__all__ = ["FORMAT", "LaunchSpec", "build_spec", "spec_from_quick"]
+__all__ = ["FORMAT", "LaunchSpec"]
 
 FORMAT = "theseus.launch/1"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -204,73 +204,3 @@ def _field(name: str, check: Any, value: Any) -> None:
         check(value)
     except ValueError as e:
         raise ValueError(f"launch spec field {name!r}: {e}") from None
-
-
-def spec_from_quick(q: Any, *, revision: str = "", groups: tuple[str, ...] = (),
-                    env: Mapping[str, str] | None = None) -> LaunchSpec:
-    """The spec of a quick session's pending job (after ``q.build(...)`` or ``q.find()...resume()``).
-
-    The config is recorded whole (YAML); a resumed job continues its base's nonce, a
-    new run or branch gets a fresh one.
-
-    >>> import tempfile
-    >>> from theseus.quick import quick
-    >>> with quick(tempfile.mkdtemp()) as q:
-    ...     q.build("data/tokenize/pydoc", "tok").config.data.max_samples = 7
-    ...     spec = spec_from_quick(q)
-    >>> spec.job_key, "max_samples: 7" in spec.config_yaml, spec.base_node
-    ('data/tokenize/pydoc', True, None)
-    """
-    from theseus import config as configs
-
-    if q.job_key is None:
-        raise ValueError("no job built yet: call q.build(job_key, run_name) first (`theseus jobs` lists the keys)")
-    base = q.base.id if q.base is not None else None
-    resume = base is not None and not q.branched
-    return LaunchSpec(q.job_key, q.run_name, configs.to_yaml(q.config), q.root, base_node=base, resume=resume,
-                      revision=revision, groups=tuple(groups), env=dict(env or {}))
-
-
-def build_spec(root: str, job_key: str, run_name: str, overrides: Any = (), *, base_node: str | None = None,
-               branch: bool = False, revision: str = "", groups: tuple[str, ...] = (),
-               env: Mapping[str, str] | None = None) -> LaunchSpec:
-    """The spec of ``job_key`` as ``run_name`` in ``root`` with ``key=value`` overrides; reads, never writes.
-
-    With ``base_node`` the job is restored from that node (its recorded job and config,
-    the overrides on top): ``job_key`` must be the node's job; the run continues the
-    node's lineage (``run_name`` must then be its run), or branches into ``run_name``
-    with ``branch=True`` (and when the lineage already went on past the node).
-    Unknown job keys, config keys, wrongly typed values and unknown nodes are errors.
-
-    >>> import tempfile
-    >>> build_spec(tempfile.mkdtemp(), "data/tokenize/pydoc", "tok", ["data.max_samples=3"]).run_name
-    'tok'
-    >>> build_spec(tempfile.mkdtemp(), "data/tokenize/pydok", "tok")
-    Traceback (most recent call last):
-    ...
-    theseus.jobs.UnknownJobError: unknown job 'data/tokenize/pydok'; did you mean data/tokenize/pydoc? (`theseus jobs` lists them all)
-    """
-    from theseus.config import apply_overrides
-    from theseus.quick import QuickJob
-    from theseus.store import EmptyResult
-
-    with QuickJob(root) as q:
-        if base_node is None:
-            q.build(job_key, run_name)
-        else:
-            decode_id(base_node)
-            try:
-                cursor = q.find().node(base_node)
-                q = cursor.branch() if branch else cursor.resume()
-            except EmptyResult:
-                raise ValueError(f"node {base_node} has no records in {root}: nothing to restore from") from None
-            if q.job_key != job_key:
-                raise ValueError(f"node {base_node} is a run of job {q.job_key!r}, not {job_key!r}")
-            base_run = Node.from_id(base_node)
-            if not branch and Node.start(run_name).name != base_run.name:
-                raise ValueError(f"resuming {base_node} continues run {base_run.name!r}; got run name {run_name!r} "
-                                 "(branch to start a new run with another name)")
-            if branch:
-                q.run_name = run_name
-        apply_overrides(q.config, list(overrides or ()))
-        return spec_from_quick(q, revision=revision, groups=groups, env=env)

@@ -22,12 +22,12 @@ and ``q.submit(chip=..., n=...)`` after ``q.build(...)`` both come here.
 
 >>> from theseus.dispatch.inventory import parse_inventory
 >>> from theseus.dispatch.solver import Request
->>> from theseus.dispatch.spec import build_spec
+>>> from theseus.dispatch.spec import LaunchSpec
 >>> inv = parse_inventory('''
 ... clusters: [{name: lab, root: /shared/runs, work_dir: /scratch/theseus}]
 ... hosts: [{name: hpc, type: slurm, cluster: lab, chip: cpu, chips: 4, nodes: 2, partitions: [debug]}]
 ... ''')
->>> spec = build_spec("/shared/runs", "data/tokenize/pydoc", "tok", ["data.max_samples=10"])
+>>> spec = LaunchSpec("data/tokenize/pydoc", "tok", "data:\\n  max_samples: 10\\n", "/shared/runs")
 >>> plan = submit(spec, inv, Request(chip="cpu", n=4), dry_run=True, allow_dirty=True)
 >>> plan.placement.host.name, plan.spec.root, "#SBATCH --partition=debug" in plan.plan
 ('hpc', '/shared/runs', True)
@@ -44,8 +44,13 @@ from typing import IO, Any
 from theseus.dispatch.bootstrap import BadInput, check_spec
 from theseus.dispatch.inventory import Inventory
 from theseus.dispatch.package import package_code
+from theseus.dispatch.slurm import launch_slurm, sbatch_script
 from theseus.dispatch.solver import Placement, Request, solve
 from theseus.dispatch.spec import LaunchSpec
+from theseus.dispatch.ssh import launch_ssh
+from theseus.dispatch.stage import stage_files
+from theseus.dispatch.tpu import format_commands, tpu_commands
+from theseus.store import Store
 
 __all__ = ["NotRunHere", "Submission", "default_repo", "plan_text", "request_for", "submit"]
 
@@ -105,8 +110,6 @@ def request_for(inventory: Inventory, chip: str, n: int, clusters: str | tuple[s
 
 
 def _same_root(a: str, b: str) -> bool:
-    from theseus.store import Store
-
     return Store(a).root == Store(b).root
 
 
@@ -138,26 +141,21 @@ def plan_text(spec: LaunchSpec, placement: Placement, tarball: bytes) -> str:
         f"code: {spec.revision} ({len(tarball) / 1024:.0f} KiB); uv groups: {', '.join(spec.groups) or 'default'}",
     ]
     if host.type == "ssh":
-        from theseus.dispatch.ssh import stage_files
-
         stage = f"{cluster.work_dir}/launches/{spec.nonce}-<token>"
         script = stage_files(spec, b"", cluster.work_dir, stage, host.python)["bootstrap.sh"].decode()
         user = f"{host.user}@" if host.user else ""
         body = [f"ship code.tar.gz, spec.json and bootstrap.sh to {user}{host.address}:{stage} (port {host.port}), "
                 f"then start `bash bootstrap.sh` {placement.processes} time(s):", script]
     elif host.type == "slurm":
-        from theseus.dispatch.slurm import sbatch_script
-
         body = [f"sbatch on {host.login}:", sbatch_script(spec, placement)]
     elif host.type == "volcano":
+        # lazily: the manifest's schema check loads jsonschema, which only a Volcano plan needs
         from theseus.dispatch.volcano import manifest_yaml, volcano_manifest
 
         tar = f"{cluster.work_dir}/{spec.revision}.tar.gz"
         body = [f"copy the code tarball to {tar} on volume {host.volume.claim}, then `kubectl create -f` this Job:",
                 manifest_yaml(volcano_manifest(spec, placement, tarball=tar))]
     else:
-        from theseus.dispatch.tpu import format_commands, tpu_commands
-
         tar = f"theseus-{spec.revision}.tar.gz"
         body = [f"write the code tarball to {tar} (theseus.dispatch.package.package_code), then run:",
                 format_commands(tpu_commands(spec, placement, tarball=tar))]
@@ -200,11 +198,7 @@ def submit(spec: LaunchSpec, inventory: Inventory, request: Request, dry_run: bo
     if stream is not None:
         stream.write(plan.split("\n", 3)[0] + "\n")
     if host.type == "ssh":
-        from theseus.dispatch.ssh import launch_ssh
-
         launched = launch_ssh(spec, placement, tarball, timeout=timeout, stream=stream, **launcher)
     else:
-        from theseus.dispatch.slurm import launch_slurm
-
         launched = launch_slurm(spec, placement, tarball, timeout=timeout, stream=stream, **launcher)
     return Submission(spec, placement, plan, launched)

@@ -37,7 +37,7 @@ import shlex
 from theseus.dispatch.inventory import TpuHost
 from theseus.dispatch.solver import Placement
 from theseus.dispatch.spec import LaunchSpec
-from theseus.dispatch.volcano import COORDINATOR_PORT, job_name, launch_script
+from theseus.dispatch.stage import COORDINATOR_PORT, job_name, launch_script
 
 __all__ = ["format_commands", "tpu_commands", "worker_preamble"]
 

@@ -42,23 +42,19 @@ from __future__ import annotations
 import functools
 import json
 import posixpath
-import re
-import shlex
 from importlib import resources
 from typing import Any
 
 import jsonschema
 import yaml
 
-from theseus.dispatch.bootstrap import bootstrap_script
 from theseus.dispatch.inventory import VolcanoHost
 from theseus.dispatch.solver import Placement
 from theseus.dispatch.spec import LaunchSpec
+from theseus.dispatch.stage import COORDINATOR_PORT, job_name, launch_script
 
-__all__ = ["COORDINATOR_PORT", "POD_WORK_DIR", "ManifestError", "job_name", "launch_script", "manifest_yaml",
-           "validate_manifest", "volcano_manifest"]
+__all__ = ["POD_WORK_DIR", "ManifestError", "manifest_yaml", "validate_manifest", "volcano_manifest"]
 
-COORDINATOR_PORT = 8476
 POD_WORK_DIR = "/tmp/theseus"
 TASK = "worker"
 VOLUME = "theseus"
@@ -148,41 +144,6 @@ def volcano_manifest(spec: LaunchSpec, placement: Placement, *, tarball: str | N
     }
     validate_manifest(manifest)
     return manifest
-
-
-def job_name(spec: LaunchSpec) -> str:
-    """The Job's name: ``theseus-<run>-<nonce>-<seq of the first node>``, a DNS label short enough for pod names.
-
-    >>> job_name(LaunchSpec("k/x", "My_Run-v2", "", "/r", nonce="abcdef"))
-    'theseus-my-run-v2-abcdef-0'
-    """
-    node = spec.first_node()
-    slug = re.sub(r"[^a-z0-9]+", "-", node.run.lower()).strip("-")[:24].strip("-") or "run"
-    return f"theseus-{slug}-{node.nonce}-{node.seq}"
-
-
-def launch_script(spec: LaunchSpec, work_dir: str, tarball: str, preamble: list[str] = (),
-                  env: dict[str, str] | None = None) -> str:
-    """A bash script that writes ``spec`` (inlined JSON) under ``work_dir``, then runs the bootstrap script.
-
-    ``preamble`` lines run first (they set the process id and coordinator); ``env`` is
-    exported before the bootstrap. Used by the Volcano pods and the TPU workers, which
-    receive no files but the code tarball.
-
-    >>> spec = LaunchSpec("k/x", "r", "", "/r", nonce="abcdef", revision="abc")
-    >>> script = launch_script(spec, "/w", "/w/abc.tar.gz", ["export THESEUS_PROCESS_ID=0"])
-    >>> script.splitlines()[:3]
-    ['set -euo pipefail', 'export THESEUS_PROCESS_ID=0', 'mkdir -p /w/specs']
-    >>> f"theseus.dispatch.bootstrap /w/specs/{spec.first_node().id}.json" in script
-    True
-    """
-    spec_path = posixpath.join(work_dir, "specs", f"{spec.first_node().id}.json")
-    marker = "THESEUS_SPEC_JSON"  # no line of indented JSON can be this bare word
-    q = shlex.quote
-    lines = ["set -euo pipefail", *preamble, f"mkdir -p {q(posixpath.dirname(spec_path))}",
-             f"cat > {q(spec_path)} <<'{marker}'", spec.to_json(), marker,
-             bootstrap_script(spec, work_dir, tarball, spec_path, env=env)]
-    return "\n".join(lines)
 
 
 def validate_manifest(manifest: dict[str, Any]) -> None:
