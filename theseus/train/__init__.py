@@ -1,0 +1,1 @@
+"""Training: the pretraining job, its config, optimizer, sharding, steps, checkpoints and MFU."""
