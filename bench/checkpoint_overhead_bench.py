@@ -35,7 +35,8 @@ def timed(root: str, steps: int, checkpoints: bool) -> tuple[float, int]:
     """Seconds for ``steps`` steps after a warm-up step (compile), and how many checkpoints were committed."""
     committed = []
     trainer = Trainer(config(steps + 1, 50), root, progress=False, peak_flops=1e12,
-                      folder_fn=(lambda k: tempfile.mkdtemp(prefix="ckpt-", dir=root) + f"/step-{k}") if checkpoints else None,
+                      folder_fn=((lambda k: tempfile.mkdtemp(prefix="ckpt-", dir=root) + f"/step-{k}")
+                                 if checkpoints else None),
                       on_checkpoint=lambda k, f: committed.append(k), log=_Quiet())
     trainer.init()
     trainer.train(until=1)  # compile outside the timing

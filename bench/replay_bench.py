@@ -159,7 +159,8 @@ def bench_debug(root: str, nonce: str, reps: int) -> tuple[float, float, tuple]:
 
 
 def audit_config() -> dict:
-    """A 999-step run of a 2-layer, 256-wide GPT on a 128-token vocabulary: a report every step, a checkpoint every 50."""
+    """A 999-step run of a 2-layer, 256-wide GPT on a 128-token vocabulary: a report every step,
+    a checkpoint every 50."""
     block, batch, steps = 16, 4, 999
     return {
         "architecture": {"n_embd": 256, "n_layers": 2, "n_head": 4, "block_size": block, "vocab_size": 128,

@@ -99,10 +99,12 @@ def ms(s: float) -> str:
 
 def row(figure: str, ours: str, peer: str, ratio: float, ratio_label: str, target: str, ok: bool | None) -> None:
     ROWS.append(
-        {"figure": figure, "theseus": ours, "peer": peer, "ratio": f"{ratio_label}{ratio:.3g}x" if ratio_label is not None else f"{ratio:.3g}",
+        {"figure": figure, "theseus": ours, "peer": peer,
+         "ratio": f"{ratio_label}{ratio:.3g}x" if ratio_label is not None else f"{ratio:.3g}",
          "target": target, "pass": "-" if ok is None else ("yes" if ok else "**no**")}
     )
-    print(f"  -> {figure}: theseus {ours} | peer {peer} | {ROWS[-1]['ratio']} | target {target} | {ROWS[-1]['pass']}", flush=True)
+    print(f"  -> {figure}: theseus {ours} | peer {peer} | {ROWS[-1]['ratio']} | target {target} | "
+          f"{ROWS[-1]['pass']}", flush=True)
 
 
 def ingest_values(steps: int) -> list[list[float]]:
@@ -265,7 +267,8 @@ def bench_ingest_history(tmp: str, steps: int, mlflow_steps: int, repeat: int) -
         mlflow_ingest(client, exp, values[:10], 10)
         t_ml, run_id = mlflow_ingest(client, exp, values, mlflow_steps)
         n_ml = mlflow_steps * len(INGEST_KEYS)
-        print(f"  MLflow (sqlite, log_batch per step; first {mlflow_steps:,} steps timed): {t_ml:.2f} s = {vs(n_ml, t_ml)}", flush=True)
+        print(f"  MLflow (sqlite, log_batch per step; first {mlflow_steps:,} steps timed): "
+              f"{t_ml:.2f} s = {vs(n_ml, t_ml)}", flush=True)
 
         t_aim, run_hash = statistics.median(t for t, _ in aim_runs), aim_runs[-1][1]
         aim_repo = f"{work}/aim-{len(aim_runs) - 1}"
@@ -280,7 +283,8 @@ def bench_ingest_history(tmp: str, steps: int, mlflow_steps: int, repeat: int) -
         row(f"{label} vs MLflow", vs(n_values, t_ours), vs(n_ml, t_ml), r_ml, "", ">= 100x", r_ml >= 100)
         row(f"{label} vs Aim", vs(n_values, t_ours), vs(n_values, t_aim), r_aim, "", ">= 200x", r_aim >= 200)
 
-        print(f"\n[2] history of {len(HISTORY_KEYS)} keys x {steps:,} steps into lists (median of {repeat})", flush=True)
+        print(f"\n[2] history of {len(HISTORY_KEYS)} keys x {steps:,} steps into lists (median of {repeat})",
+              flush=True)
         expect = [[v[INGEST_KEYS.index(k)] for v in values] for k in HISTORY_KEYS]
         assert theseus_history(root, nonce) == expect, "theseus history mismatch"
         assert theseus_history_rows(root, nonce) == expect, "theseus history (select rows) mismatch"
@@ -304,7 +308,8 @@ def bench_ingest_history(tmp: str, steps: int, mlflow_steps: int, repeat: int) -
             print(f"  {k}: {ms(v)}", flush=True)
         label = f"history 2 keys x {steps:,} steps"
         # like for like: a new Store against a new MLflow client, one reused Store against one reused client
-        for w, peer, short in (("cold", "MLflow get_metric_history, new client", "MLflow (cold: new Store, new client)"),
+        for w, peer, short in (("cold", "MLflow get_metric_history, new client",
+                                "MLflow (cold: new Store, new client)"),
                                ("warm", "MLflow get_metric_history", "MLflow (warm: one Store, one client)")):
             r = times[f"theseus {w}"] / times[peer]
             row(f"{label} vs {short}", ms(times[f"theseus {w}"]), ms(times[peer]), r, "", "<= 0.01x", r <= 0.01)
@@ -321,7 +326,8 @@ def bench_ingest_history(tmp: str, steps: int, mlflow_steps: int, repeat: int) -
         ):
             for w in which:
                 r = times[f"theseus {w}"] / times[peer]
-                row(f"{label} vs {short} ({w} Store)", ms(times[f"theseus {w}"]), ms(times[peer]), r, "", goal, r <= limit)
+                row(f"{label} vs {short} ({w} Store)", ms(times[f"theseus {w}"]), ms(times[peer]), r, "", goal,
+                    r <= limit)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -334,7 +340,8 @@ def grid_values(r: int, steps: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(1000 + r)
     step = np.arange(steps)
     return {
-        "train/loss": 2.0 + 8.0 * np.exp(-step / (150.0 + r % 97)) + 0.05 * rng.standard_normal(steps) + 0.001 * (r % 37),
+        "train/loss": (2.0 + 8.0 * np.exp(-step / (150.0 + r % 97)) + 0.05 * rng.standard_normal(steps)
+                       + 0.001 * (r % 37)),
         "train/tokens": (step + 1) * 1000,
         "train/lr": 3e-4 * np.minimum(1.0, (step + 1) / 100.0),
         "train/grad_norm": rng.gamma(2.0, 0.5, steps),
@@ -369,7 +376,8 @@ def build_grid(cache: Path, runs: int, steps: int, flushes: int) -> dict:
     want = {"version": DATASET_VERSION, "runs": runs, "steps": steps, "flushes": flushes}
     if manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
-        if {k: manifest.get(k) for k in want} == want and (cache / "pristine").exists() and (cache / "wide.parquet").exists():
+        if ({k: manifest.get(k) for k in want} == want and (cache / "pristine").exists()
+                and (cache / "wide.parquet").exists()):
             print(f"  reusing cached grid {cache}", flush=True)
             return manifest
     print(f"  building grid in {cache}: {runs:,} runs x {steps:,} steps x {len(GRID_KEYS)} keys, "
@@ -441,7 +449,8 @@ def bench_grid(cache: Path, runs: int, steps: int, flushes: int, repeat: int) ->
     unique = [n for n in nonces if nonces.count(n) == 1]
     nonce = unique[len(unique) // 2]
     n_seg = len(segments_of(pristine))
-    print(f"  {n_seg:,} segments before compaction; wide file {wide.stat().st_size / 1e6:.0f} MB; query nonce {nonce}", flush=True)
+    print(f"  {n_seg:,} segments before compaction; wide file {wide.stat().st_size / 1e6:.0f} MB; "
+          f"query nonce {nonce}", flush=True)
 
     def check_point(root):
         got = theseus_point(root, nonce)
@@ -449,7 +458,8 @@ def bench_grid(cache: Path, runs: int, steps: int, flushes: int, repeat: int) ->
         assert got == want, f"point query mismatch: {got[:3]} vs {want[:3]}"
         return len(got)
 
-    for phase, root, goal, limit in (("before compaction", pristine, "<= 5x", 5.0), ("after compaction", None, "<= 1.5x", 1.5)):
+    for phase, root, goal, limit in (("before compaction", pristine, "<= 5x", 5.0),
+                                     ("after compaction", None, "<= 1.5x", 1.5)):
         if root is None:
             root = compacted_copy(cache)
             print(f"  {len(segments_of(root)):,} segments after compaction", flush=True)
@@ -461,21 +471,26 @@ def bench_grid(cache: Path, runs: int, steps: int, flushes: int, repeat: int) ->
             "warm": lambda: theseus_point(root, nonce, warm),
             "raw": lambda: raw_point(wide, nonce),
         }, repeat)
-        print(f"  point query {phase} ({n} rows): theseus cold {ms(t['cold'])}, warm {ms(t['warm'])}, raw Polars {ms(t['raw'])}", flush=True)
+        print(f"  point query {phase} ({n} rows): theseus cold {ms(t['cold'])}, warm {ms(t['warm'])}, "
+              f"raw Polars {ms(t['raw'])}", flush=True)
         for which in ("cold", "warm"):
             r = t[which] / t["raw"]
-            row(f"point query {phase} ({which} Store) vs raw Polars", ms(t[which]), ms(t["raw"]), r, "", goal, r <= limit)
+            row(f"point query {phase} ({which} Store) vs raw Polars", ms(t[which]), ms(t["raw"]), r, "", goal,
+                r <= limit)
 
     got = theseus_top(root)
     want = raw_top(wide)
     assert [r["train/loss"] for r in got] == want["train/loss"].to_list(), f"top-10 mismatch: {got} vs {want}"
     warm = Store(root)
     theseus_top(root, warm)
-    t = interleaved({"cold": lambda: theseus_top(root), "warm": lambda: theseus_top(root, warm), "raw": lambda: raw_top(wide)}, repeat)
-    print(f"  top-10 lowest train/loss after compaction: theseus cold {ms(t['cold'])}, warm {ms(t['warm'])}, raw Polars {ms(t['raw'])}", flush=True)
+    t = interleaved({"cold": lambda: theseus_top(root), "warm": lambda: theseus_top(root, warm),
+                     "raw": lambda: raw_top(wide)}, repeat)
+    print(f"  top-10 lowest train/loss after compaction: theseus cold {ms(t['cold'])}, warm {ms(t['warm'])}, "
+          f"raw Polars {ms(t['raw'])}", flush=True)
     for which in ("cold", "warm"):
         r = t[which] / t["raw"]
-        row(f"top-10 loss of {runs:,} runs after compaction ({which} Store) vs raw Polars", ms(t[which]), ms(t["raw"]), r, "", "<= 2x", r <= 2.0)
+        row(f"top-10 loss of {runs:,} runs after compaction ({which} Store) vs raw Polars", ms(t[which]), ms(t["raw"]),
+            r, "", "<= 2x", r <= 2.0)
 
 
 # -- 4: commit latency ---------------------------------------------------------------------
@@ -499,7 +514,8 @@ def bench_commit(tmp: str, commits: int) -> None:
                 lat.append(time.perf_counter() - t0)
         a = np.array(lat) * 1e3
         p = {q: float(np.percentile(a, q)) for q in (50, 90, 99)}
-        print(f"  p50 {p[50]:.2f} ms  p90 {p[90]:.2f} ms  p99 {p[99]:.2f} ms  max {a.max():.2f} ms  mean {a.mean():.2f} ms", flush=True)
+        print(f"  p50 {p[50]:.2f} ms  p90 {p[90]:.2f} ms  p99 {p[99]:.2f} ms  max {a.max():.2f} ms  "
+              f"mean {a.mean():.2f} ms", flush=True)
         edges = [0, 0.5, 1, 2, 3, 5, 10, 20, 50, math.inf]
         hist = np.histogram(a, bins=edges)[0]
         print("  distribution (ms): " + "  ".join(
@@ -517,7 +533,8 @@ def bench_commit(tmp: str, commits: int) -> None:
 
 def table() -> str:
     lines = ["| figure | theseus | peer | ratio (theseus / peer) | target | pass |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['figure']} | {r['theseus']} | {r['peer']} | {r['ratio']} | {r['target']} | {r['pass']} |" for r in ROWS]
+    lines += [f"| {r['figure']} | {r['theseus']} | {r['peer']} | {r['ratio']} | {r['target']} | {r['pass']} |"
+              for r in ROWS]
     return "\n".join(lines)
 
 
@@ -587,7 +604,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2k-step ingest, 100-run grid, 100 commits, 3 repeats")
     parser.add_argument("--steps", type=int, default=None, help="ingest steps (default 10,000; quick 2,000)")
     parser.add_argument("--mlflow-steps", type=int, default=None,
-                        help="MLflow steps timed one log_batch each (default 1,000; quick 300); the rest filled untimed")
+                        help="MLflow steps timed one log_batch each (default 1,000; quick 300); "
+                             "the rest filled untimed")
     parser.add_argument("--runs", type=int, default=None, help="grid runs (default 1,000; quick 100)")
     parser.add_argument("--grid-steps", type=int, default=1000)
     parser.add_argument("--flushes", type=int, default=5, help="flushes (segments) per grid run")

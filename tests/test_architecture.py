@@ -92,5 +92,6 @@ def test_store_imports_no_jax():
 
 def test_architecture_md_lists_every_module():
     text = (REPO / "docs" / "architecture.md").read_text()
-    missing = [str(path.relative_to(REPO)) for path in module_names().values() if str(path.relative_to(REPO)) not in text]
+    missing = [str(path.relative_to(REPO)) for path in module_names().values()
+               if str(path.relative_to(REPO)) not in text]
     assert missing == []

@@ -26,8 +26,8 @@ import time
 import numpy as np
 import yaml
 
-from theseus.store import Node, Store
 from theseus.audit import audit
+from theseus.store import Node, Store
 from theseus.store.fs import write_atomic
 from theseus.train.manifest import FileEntry, write_manifest
 

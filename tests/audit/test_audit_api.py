@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from theseus.store import Node, Store
 from theseus.audit import audit, gc
+from theseus.store import Node, Store
 from theseus.store.segments import list_segments
 
 pytestmark = pytest.mark.slow  # the session fixture trains three tiny runs
@@ -43,7 +43,8 @@ def test_clean_root_is_ok_and_every_checkpoint_byte_is_hashed_once(built):
     on_disk = 0
     for c in checkpoints:
         folder = os.path.join(built.root, c.path)
-        on_disk += sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(folder) for f in fs if f != "MANIFEST.json")
+        on_disk += sum(os.path.getsize(os.path.join(d, f))
+                       for d, _, fs in os.walk(folder) for f in fs if f != "MANIFEST.json")
     assert report.bytes_verified == on_disk
     assert json.loads(report.to_json())["ok"] is True
 
@@ -77,7 +78,8 @@ def test_failed_run_is_listed_with_its_error(built):
     report = audit(built.root)
     failed = run_of(report, built.failed)
     assert failed.status == "failed" and failed.finished is False
-    assert "RuntimeError: boom" in failed.error and failed.error_node == Node("general.default.broken-run", built.failed, 1).id
+    assert ("RuntimeError: boom" in failed.error
+            and failed.error_node == Node("general.default.broken-run", built.failed, 1).id)
     [problem] = [p for p in report.problems if p.kind == "failed-run"]
     assert problem.severity == "warning" and "RuntimeError: boom" in problem.message
 
@@ -203,7 +205,8 @@ def test_a_checkpoint_record_pointing_outside_the_root_is_not_followed(copy_root
            "key": "_checkpoint", "float": None, "int": None, "bool": None, "str": "../../etc"}
     folder = os.path.join(root, "log", f"name={node.name}", f"nonce={node.nonce}")
     os.makedirs(folder)
-    table = pa.Table.from_pylist([row], schema=SEGMENT_SCHEMA).replace_schema_metadata({KEYS_METADATA: b'{"_checkpoint": "str"}'})
+    table = pa.Table.from_pylist([row], schema=SEGMENT_SCHEMA).replace_schema_metadata(
+        {KEYS_METADATA: b'{"_checkpoint": "str"}'})
     pq.write_table(table, os.path.join(folder, "s-evil.parquet"))  # a theseus segment: readers would read it
     [problem] = audit(root).errors
     assert problem.kind == "bad-checkpoint-path" and "../../etc" in problem.message

@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.audit._synthetic import make_synthetic_root
+from theseus.audit import audit
 from theseus.cli import app
 from theseus.store import Store
-from theseus.audit import audit
 
 runner = CliRunner()
 
@@ -27,7 +27,8 @@ def test_a_thousand_nodes_and_twenty_checkpoints(synthetic):
     report = audit(root)
     assert report.ok and report.problems == ()
     [run] = report.runs
-    assert (run.nonce, run.nodes, run.first_seq, run.last_seq, run.gaps, run.status) == (nonce, 1000, 0, 999, (), "finished")
+    assert (run.nonce, run.nodes, run.first_seq, run.last_seq, run.gaps, run.status) == (
+        nonce, 1000, 0, 999, (), "finished")
     assert [c.seq for c in run.checkpoints] == list(range(49, 1000, 50))
     assert all(c.verified and c.changes == () for c in run.checkpoints)
     listed = sum(f["size"] for c in run.checkpoints
@@ -70,8 +71,8 @@ def test_a_gcs_root_is_audited_through_fsspec(gcs_emulator, tmp_path):
     import fsspec
 
     from tests.conftest import gcs_bucket_root
-    from theseus.store import Node
     from theseus.audit import gc
+    from theseus.store import Node
 
     local = str(tmp_path / "local")
     nonce = make_synthetic_root(local, nodes=40, checkpoints=4, arrays=1, array_bytes=5 << 20)  # > one read

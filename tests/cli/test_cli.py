@@ -2,9 +2,9 @@
 
 from typer.testing import CliRunner
 
+from tests.store._segments import segment_files
 from theseus.cli import app
 from theseus.store import Node, Store
-from tests.store._segments import segment_files
 
 runner = CliRunner()
 

@@ -84,7 +84,8 @@ def test_progress_every_1000_and_at_end(tmp_path, tok):
     first = tokenize_contiguous(docs(1000), tok, DatasetWriter(tmp_path, "p1000", "contiguous"))
     assert calls[0] == (1000, first["train_tokens"], first["val_tokens"])
     calls.clear()
-    tokenize_contiguous(docs(2000), tok, DatasetWriter(tmp_path, "p2", "contiguous"), on_progress=lambda *a: calls.append(a))
+    tokenize_contiguous(docs(2000), tok, DatasetWriter(tmp_path, "p2", "contiguous"),
+                        on_progress=lambda *a: calls.append(a))
     assert [c[0] for c in calls] == [1000, 2000]
 
 

@@ -12,7 +12,8 @@ MODULES = sorted(m.name for m in pkgutil.iter_modules(theseus.dispatch.__path__,
 
 
 def test_the_package_has_modules():
-    assert {"theseus.dispatch.inventory", "theseus.dispatch.solver", "theseus.dispatch.volcano", "theseus.dispatch.tpu"} <= set(MODULES)
+    assert {"theseus.dispatch.inventory", "theseus.dispatch.solver", "theseus.dispatch.volcano",
+            "theseus.dispatch.tpu"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -93,13 +93,16 @@ def test_every_host_type_is_read_with_its_fields_and_defaults(tmp_path):
     assert inv.cluster("gcp").work_dir == "~/theseus"  # resolved against the remote home by the launchers
     box, hpc, k8s, pod = inv.hosts
     assert isinstance(box, SshHost) and box.type == "ssh"
-    assert (box.address, box.port, box.user, box.chips, box.memory_gb, box.cpus) == ("127.0.0.1", 2222, "me", 4, 16.0, 8)
+    assert (box.address, box.port, box.user, box.chips, box.memory_gb, box.cpus) == (
+        "127.0.0.1", 2222, "me", 4, 16.0, 8)
     assert box.env == {"OMP_NUM_THREADS": "4", "TAG": "v1"} and box.python == "python3" and box.groups == ()
     assert isinstance(hpc, SlurmHost) and hpc.chip == "h100" and hpc.groups == ("cuda12",)
     assert hpc.partitions == ("gpu", "gpu-long") and hpc.time == "12:00:00"  # unquoted HH:MM:SS stays text
-    assert (hpc.login, hpc.port, hpc.account, hpc.qos, hpc.chips, hpc.nodes) == ("login.hpc.example", 22, "proj", "normal", 4, 16)
+    assert (hpc.login, hpc.port, hpc.account, hpc.qos, hpc.chips, hpc.nodes) == (
+        "login.hpc.example", 22, "proj", "normal", 4, 16)
     assert isinstance(k8s, VolcanoHost) and k8s.volume == VolcanoVolume(claim="runs", mount_path="/shared")
-    assert (k8s.namespace, k8s.queue, k8s.chips, k8s.nodes, k8s.chip_resource) == ("ml", "research", 8, 4, "nvidia.com/gpu")
+    assert (k8s.namespace, k8s.queue, k8s.chips, k8s.nodes, k8s.chip_resource) == (
+        "ml", "research", 8, 4, "nvidia.com/gpu")
     assert isinstance(pod, TpuHost) and pod.spot is True and (pod.chips, pod.workers) == (8, 2)
     assert inv.host("pod") is pod and inv.path == str(tmp_path / "inventory.yaml")
 
@@ -114,7 +117,8 @@ def test_the_default_inventory_is_in_the_home_folder(tmp_path, monkeypatch):
 
 def test_tpu_accelerator_types_map_to_devices_and_workers():
     def shape(accelerator_type):
-        host = TpuHost(name="t", cluster="c", chip="x", zone="z", project="p", accelerator_type=accelerator_type, version="v")
+        host = TpuHost(name="t", cluster="c", chip="x", zone="z", project="p", accelerator_type=accelerator_type,
+                       version="v")
         return host.chips, host.workers
 
     assert shape("v4-8") == (4, 1) and shape("v4-32") == (16, 4)
@@ -132,30 +136,48 @@ def test_lookup_of_an_unknown_name_lists_the_known_ones(tmp_path):
 # (case, text, the text on the offending line, what the message must say)
 HOST = GOOD.split("  - name: hpc")[0]
 BAD = [
-    ("bad YAML", HOST.replace("cpus: 8", "cpus: 8: 9"), "cpus: 8: 9", "invalid YAML: mapping values are not allowed here"),
+    ("bad YAML", HOST.replace("cpus: 8", "cpus: 8: 9"), "cpus: 8: 9",
+     "invalid YAML: mapping values are not allowed here"),
     ("unclosed YAML", HOST + "    groups: [cpu\n", "groups: [cpu", "invalid YAML: expected ',' or ']'"),
-    ("unknown host type", HOST.replace("type: ssh", "type: shh"), "type: shh", "host 'box' field 'type': unknown host type 'shh'; did you mean 'ssh'?"),
+    ("unknown host type", HOST.replace("type: ssh", "type: shh"), "type: shh",
+     "host 'box' field 'type': unknown host type 'shh'; did you mean 'ssh'?"),
     ("missing field", HOST.replace("    chips: 4\n", ""), "- name: box", "host 'box': missing field 'chips'"),
     ("missing type", HOST.replace("    type: ssh\n", ""), "- name: box", "host 'box': missing field 'type'"),
-    ("wrong type", HOST.replace("chips: 4", "chips: four"), "chips: four", "host 'box' field 'chips': expected an integer, got 'four'"),
+    ("wrong type", HOST.replace("chips: 4", "chips: four"), "chips: four",
+     "host 'box' field 'chips': expected an integer, got 'four'"),
     ("bool for an int", HOST.replace("cpus: 8", "cpus: yes"), "cpus: yes", "field 'cpus': expected an integer"),
-    ("list expected", HOST.replace("cpus: 8", "cpus: 8\n    groups: cuda12"), "groups: cuda12", "field 'groups': expected a list, got 'cuda12'"),
-    ("unknown field", HOST.replace("memory_gb: 16", "memroy_gb: 16"), "memroy_gb", "host 'box' field 'memroy_gb': unknown field; did you mean 'memory_gb'?"),
-    ("unknown cluster", HOST.replace("cluster: lab", "cluster: lba"), "cluster: lba", "host 'box' field 'cluster': unknown cluster 'lba'; did you mean 'lab'?"),
-    ("port out of range", HOST.replace("port: 2222", "port: 70000"), "port: 70000", "field 'port': must be a port number"),
+    ("list expected", HOST.replace("cpus: 8", "cpus: 8\n    groups: cuda12"), "groups: cuda12",
+     "field 'groups': expected a list, got 'cuda12'"),
+    ("unknown field", HOST.replace("memory_gb: 16", "memroy_gb: 16"), "memroy_gb",
+     "host 'box' field 'memroy_gb': unknown field; did you mean 'memory_gb'?"),
+    ("unknown cluster", HOST.replace("cluster: lab", "cluster: lba"), "cluster: lba",
+     "host 'box' field 'cluster': unknown cluster 'lba'; did you mean 'lab'?"),
+    ("port out of range", HOST.replace("port: 2222", "port: 70000"), "port: 70000",
+     "field 'port': must be a port number"),
     ("zero chips", HOST.replace("chips: 4", "chips: 0"), "chips: 0", "field 'chips': must be positive, got 0"),
-    ("env value not text", HOST.replace('TAG: "v1"', "TAG: true"), "TAG: true", "field 'env' key 'TAG': expected a string value"),
+    ("env value not text", HOST.replace('TAG: "v1"', "TAG: true"), "TAG: true",
+     "field 'env' key 'TAG': expected a string value"),
     ("field given twice", HOST.replace("cpus: 8", "cpus: 8\n    cpus: 9"), "cpus: 9", "field 'cpus': given twice"),
-    ("duplicate host", HOST + "  - {name: box, type: ssh, cluster: lab, chip: cpu, address: b, chips: 1}\n", "{name: box", "host 'box': duplicate host name"),
-    ("relative work_dir", HOST.replace("work_dir: /scratch/theseus", "work_dir: theseus"), "work_dir: theseus", "cluster 'lab' field 'work_dir': must be an absolute path or start with ~/"),
-    ("relative root", HOST.replace("root: /shared/runs", "root: runs"), "root: runs", "cluster 'lab' field 'root': must be an absolute path"),
-    ("unknown top-level key", HOST.replace("hosts:", "hostz:"), "hostz:", "inventory field 'hostz': unknown field; did you mean 'hosts'?"),
-    ("hosts not a list", HOST.split("hosts:")[0] + "hosts: {box: 1}\n", "hosts: {box", "hosts: expected a list, got a mapping"),
-    ("volcano volume incomplete", HOST + "  - {name: v, type: volcano, cluster: lab, chip: cpu, namespace: n, image: i, chips: 1, volume: {claim: c}}\n",
+    ("duplicate host", HOST + "  - {name: box, type: ssh, cluster: lab, chip: cpu, address: b, chips: 1}\n",
+     "{name: box", "host 'box': duplicate host name"),
+    ("relative work_dir", HOST.replace("work_dir: /scratch/theseus", "work_dir: theseus"), "work_dir: theseus",
+     "cluster 'lab' field 'work_dir': must be an absolute path or start with ~/"),
+    ("relative root", HOST.replace("root: /shared/runs", "root: runs"), "root: runs",
+     "cluster 'lab' field 'root': must be an absolute path"),
+    ("unknown top-level key", HOST.replace("hosts:", "hostz:"), "hostz:",
+     "inventory field 'hostz': unknown field; did you mean 'hosts'?"),
+    ("hosts not a list", HOST.split("hosts:")[0] + "hosts: {box: 1}\n", "hosts: {box",
+     "hosts: expected a list, got a mapping"),
+    ("volcano volume incomplete",
+     HOST + "  - {name: v, type: volcano, cluster: lab, chip: cpu, namespace: n, image: i, chips: 1, "
+            "volume: {claim: c}}\n",
      "name: v, type: volcano", "host 'v' field 'volume': missing field 'mount_path'"),
-    ("unknown TPU type", HOST + "  - {name: t, type: tpu, cluster: gcp, chip: v9, zone: z, project: p, accelerator_type: v9-8, version: v}\n",
+    ("unknown TPU type",
+     HOST + "  - {name: t, type: tpu, cluster: gcp, chip: v9, zone: z, project: p, accelerator_type: v9-8, "
+            "version: v}\n",
      "name: t, type: tpu", "host 't' field 'accelerator_type': unknown TPU accelerator type 'v9-8'"),
-    ("SLURM time", HOST + "  - {name: s, type: slurm, cluster: lab, chip: cpu, chips: 1, time: 90}\n", "name: s, type: slurm", "field 'time': must be HH:MM:SS"),
+    ("SLURM time", HOST + "  - {name: s, type: slurm, cluster: lab, chip: cpu, chips: 1, time: 90}\n",
+     "name: s, type: slurm", "field 'time': must be HH:MM:SS"),
 ]
 
 
@@ -172,5 +194,6 @@ def test_a_malformed_inventory_names_file_line_and_field(tmp_path, case, text, o
 
 def test_an_empty_inventory_says_what_it_needs(tmp_path):
     path = write(tmp_path, "# nothing yet\n")
-    with pytest.raises(InventoryError, match=r"inventory.yaml:1: inventory: the file is empty .expected 'clusters:' and 'hosts:'"):
+    with pytest.raises(InventoryError,
+                       match=r"inventory.yaml:1: inventory: the file is empty .expected 'clusters:' and 'hosts:'"):
         load_inventory(path)

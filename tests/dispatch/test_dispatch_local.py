@@ -189,7 +189,7 @@ BAD = [
     (["gpt/train/pretrain", "r", "--processes", "2"], "per_device_batch_size=-1"),
     (["gpt/train/pretrain", "r", "training.per_device_batch_size=-1", "--processes", "2"], "set an explicit size"),
     (["gpt/train/pretrain", "r", "training.per_device_batch_size=2", "--processes", "0"], "processes must be"),
-    (["gpt/train/pretrain", "r", "--resume", "Z2VuZXJhbC5kZWZhdWx0LnI6YWJjZGVmOjI"], "no root at"),  # no root yet
+    (["gpt/train/pretrain", "r", "--resume", "Z2VuZXJhbC5kZWZhdWx0LnI6YWJjZGVmOjI"], "no records"),
     (["gpt/train/pretrain", "r", "--resume", "nonsense"], "malformed node id"),
 ]
 

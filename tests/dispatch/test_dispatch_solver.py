@@ -79,13 +79,15 @@ def test_more_chips_than_a_node_has_take_whole_nodes(inv):
     p = solve(inv, Request(chip="h100", n=16, forbid=("hpc",)))
     assert (p.host.name, p.nodes, p.chips_per_process) == ("k8s", 2, 8)
     assert reject_reason(inv.host("slurm"), Request(chip="h100", n=6)) == "6 h100 chips do not fill whole 4-chip nodes"
-    assert reject_reason(inv.host("slurm"), Request(chip="h100", n=20)) == "20 h100 chips need 5 nodes of 4, has at most 4"
+    assert (reject_reason(inv.host("slurm"), Request(chip="h100", n=20))
+            == "20 h100 chips need 5 nodes of 4, has at most 4")
 
 
 def test_a_tpu_slice_runs_whole_one_process_per_worker(inv):
     p = solve(inv, Request(chip="v5p", n=8))
     assert (p.host.name, p.nodes, p.processes, p.chips_per_process) == ("pod", 2, 2, 4)
-    assert reject_reason(inv.host("pod"), Request(chip="v5p", n=4)) == "slice v5p-16 has 8 chips and runs whole, 4 asked"
+    assert (reject_reason(inv.host("pod"), Request(chip="v5p", n=4))
+            == "slice v5p-16 has 8 chips and runs whole, 4 asked")
 
 
 def test_nofit_lists_every_host_and_why(inv):
@@ -110,7 +112,8 @@ def test_an_empty_inventory_says_so():
 
 
 def test_an_unknown_cluster_in_the_request_is_a_typo_not_an_empty_answer(inv):
-    with pytest.raises(ValueError, match=r"unknown cluster 'colud' in the request; did you mean 'cloud'\? \(clusters in inv.yaml: lab, cloud, hpc\)"):
+    with pytest.raises(ValueError, match=r"unknown cluster 'colud' in the request; did you mean 'cloud'\? "
+                                         r"\(clusters in inv.yaml: lab, cloud, hpc\)"):
         solve(inv, Request(chip="h100", n=1, prefer=("colud",)))
     with pytest.raises(ValueError, match="unknown cluster 'nowhere'"):
         solve(inv, Request(chip="h100", n=1, forbid=("nowhere",)))

@@ -88,7 +88,8 @@ def test_check_spec_refuses_what_would_fail_remotely():
         check_spec(good.replace(job_key="gpt/train/pretrane"))
     with pytest.raises(BadInput, match="training.tokenz"):
         check_spec(good.replace(config_yaml="training:\n  tokenz: 3\n"))
-    autobatch = good.replace(config_yaml=good.config_yaml.replace("per_device_batch_size: 2", "per_device_batch_size: -1"))
+    autobatch = good.replace(
+        config_yaml=good.config_yaml.replace("per_device_batch_size: 2", "per_device_batch_size: -1"))
     assert check_spec(autobatch, 1)[1].training.per_device_batch_size == -1  # resolved by the job on one process
     with pytest.raises(BadInput, match="this launch has 2: set an explicit size"):
         check_spec(autobatch, 2)

@@ -20,8 +20,8 @@ from tests.conftest import free_port
 from tests.dispatch.conftest import InterruptOn, leftover_processes, make_spec, seed_peak_cache, synthetic_root
 from theseus.data.store import open_dataset
 from theseus.dispatch.inventory import Cluster, SshHost
-from theseus.dispatch.solver import Placement
 from theseus.dispatch.remote import HostUnreachable, LaunchFailed, Ssh
+from theseus.dispatch.solver import Placement
 from theseus.dispatch.spec import LaunchSpec
 from theseus.dispatch.ssh import launch_ssh
 from theseus.store import Node, Store

@@ -1,4 +1,5 @@
-"""`theseus submit` and `q.submit`: solve, package, plan (--dry-run) or launch; bad input refused before anything starts."""
+"""`theseus submit` and `q.submit`: solve, package, plan (--dry-run) or launch; bad input refused before anything
+starts."""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def test_dry_run_prints_the_plan_for_each_host_type_and_starts_nothing(tmp_path,
     (["data/tokenize/pydoc", "r", "--chip", "h100", "--n", "8", "--cluster", "lab"], 2,
      "vc (volcano, cluster k8s): cluster k8s is forbidden"),
     (["data/tokenize/pydoc", "r", "--chip", "h100", "--n", "8"], 2, "does not run them; use --dry-run"),
-    (["data/tokenize/pydoc", "r", "--resume", "Z2VuZXJhbC5kZWZhdWx0LnI6YWJjZGVmOjI"], 2, "no root at"),  # no root yet
+    (["data/tokenize/pydoc", "r", "--resume", "Z2VuZXJhbC5kZWZhdWx0LnI6YWJjZGVmOjI"], 2, "has no records"),
 ])
 def test_bad_requests_are_refused_before_anything_starts(tmp_path, args, code, message):
     path, _ = inventory(tmp_path)
@@ -99,8 +100,8 @@ def test_bad_requests_are_refused_before_anything_starts(tmp_path, args, code, m
 
 def test_a_malformed_inventory_names_file_line_and_field(tmp_path):
     path = tmp_path / "bad.yaml"
-    path.write_text("clusters:\n  - {name: lab, root: /r, work_dir: /w}\nhosts:\n  - {name: b, type: ssh, cluster: lab, "
-                    "chip: cpu, address: a, chips: -1}\n")
+    path.write_text("clusters:\n  - {name: lab, root: /r, work_dir: /w}\nhosts:\n  - {name: b, type: ssh, "
+                    "cluster: lab, chip: cpu, address: a, chips: -1}\n")
     code, out = cli("data/tokenize/pydoc", "r", "--inventory", str(path))
     assert code == 2 and f"{path}:4" in out and "chips" in out, out
 

@@ -42,10 +42,13 @@ def test_create_prepare_copy_run_delete_in_that_order():
     commands = tpu_commands(SPEC, placement(tpu(spot=True)), tarball="/tmp/code.tar.gz")
     where = ["--zone=us-east5-a", "--project=my-proj"]
     base = ["gcloud", "compute", "tpus", "tpu-vm"]
-    assert commands[0] == [*base, "create", NAME, *where, "--accelerator-type=v5p-16", "--version=v2-alpha-tpuv5", "--spot"]
+    assert commands[0] == [*base, "create", NAME, *where, "--accelerator-type=v5p-16", "--version=v2-alpha-tpuv5",
+                           "--spot"]
     assert commands[1] == [*base, "ssh", NAME, *where, "--worker=all", "--command=mkdir -p /home/me/theseus"]
-    assert commands[2] == [*base, "scp", "/tmp/code.tar.gz", f"{NAME}:/home/me/theseus/abc123.tar.gz", *where, "--worker=all"]
-    assert commands[3][:9] == [*base, "ssh", NAME, *where, "--worker=all"] and commands[3][9].startswith("--command=bash -c ")
+    assert commands[2] == [*base, "scp", "/tmp/code.tar.gz", f"{NAME}:/home/me/theseus/abc123.tar.gz", *where,
+                           "--worker=all"]
+    assert (commands[3][:9] == [*base, "ssh", NAME, *where, "--worker=all"]
+            and commands[3][9].startswith("--command=bash -c "))
     assert commands[4] == [*base, "delete", NAME, *where, "--quiet"]
 
 
@@ -71,7 +74,8 @@ def fake_bin(folder, endpoints: str | None):
     curl = ("#!/usr/bin/env bash\n"
             'url="${@: -1}"\n'
             + ('exit 22\n' if endpoints is None else
-               f'case "$url" in */agent-worker-number) echo -n "$WORKER";; */worker-network-endpoints) echo -n {shlex.quote(endpoints)};; *) exit 22;; esac\n'))
+               f'case "$url" in */agent-worker-number) echo -n "$WORKER";; '
+               f'*/worker-network-endpoints) echo -n {shlex.quote(endpoints)};; *) exit 22;; esac\n'))
     uv = ("#!/usr/bin/env bash\n"
           'echo "uv $*"\n'
           "if [ \"$1\" = run ]; then env | grep -E '^(THESEUS|LIBTPU)_' | sort; fi\n")
@@ -108,7 +112,8 @@ def test_each_worker_finds_its_index_and_worker_zero_from_the_metadata_server(tm
         assert out.returncode == 0, out.stderr
         lines = out.stdout.splitlines()
         assert lines[0] == "uv sync --no-default-groups --group tpu"
-        assert lines[1] == f"uv run --no-sync python -m theseus.dispatch.bootstrap {work_dir}/specs/{SPEC.first_node().id}.json"
+        assert lines[1] == (f"uv run --no-sync python -m theseus.dispatch.bootstrap "
+                            f"{work_dir}/specs/{SPEC.first_node().id}.json")
         assert f"THESEUS_PROCESS_ID={worker}" in lines and "THESEUS_NUM_PROCESSES=2" in lines
         assert "THESEUS_COORDINATOR=10.130.0.7:8476" in lines and "LIBTPU_INIT_ARGS=--xla_x" in lines
     assert LaunchSpec.from_json((work_dir / "specs" / f"{SPEC.first_node().id}.json").read_text()) == SPEC

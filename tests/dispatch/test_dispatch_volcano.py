@@ -25,7 +25,8 @@ from theseus.dispatch.volcano import ManifestError, manifest_yaml, validate_mani
 
 
 def host(**changes):
-    fields = dict(name="k8s", cluster="lab", chip="h100", namespace="ml", queue="research", image="ghcr.io/me/theseus:1",
+    fields = dict(name="k8s", cluster="lab", chip="h100", namespace="ml", queue="research",
+                  image="ghcr.io/me/theseus:1",
                   volume=VolcanoVolume(claim="runs", mount_path="/mnt/runs"), chips=8, nodes=4, memory_gb=200, cpus=32,
                   env={"NCCL_DEBUG": "WARN"})
     return VolcanoHost(**{**fields, **changes})
@@ -49,7 +50,8 @@ def test_one_gang_scheduled_task_with_a_pod_per_node():
     assert (m["apiVersion"], m["kind"]) == ("batch.volcano.sh/v1alpha1", "Job")
     assert m["metadata"]["namespace"] == "ml" and m["metadata"]["labels"]["theseus/nonce"] == "949e88"
     spec = m["spec"]
-    assert (spec["schedulerName"], spec["queue"], spec["minAvailable"], spec["maxRetry"]) == ("volcano", "research", 2, 0)
+    assert (spec["schedulerName"], spec["queue"], spec["minAvailable"], spec["maxRetry"]) == (
+        "volcano", "research", 2, 0)
     assert spec["plugins"] == {"svc": [], "env": []}
     (task,) = spec["tasks"]
     assert (task["name"], task["replicas"]) == ("worker", 2)
@@ -131,7 +133,8 @@ def test_the_pod_command_runs_the_bootstrap_with_its_index_and_the_inlined_spec(
 
 
 def test_the_root_and_the_code_must_be_reachable_from_the_pods():
-    with pytest.raises(ValueError, match=r"root /elsewhere is neither on host 'k8s'.s volume \(mounted at /mnt/runs\) nor a URL"):
+    with pytest.raises(ValueError,
+                       match=r"root /elsewhere is neither on host 'k8s'.s volume \(mounted at /mnt/runs\) nor a URL"):
         volcano_manifest(SPEC.replace(root="/elsewhere"), Placement(host(), CLUSTER, 1, 1, 8))
     outside = Cluster(name="lab", root="/mnt/runs/root", work_dir="/scratch/work")
     with pytest.raises(ValueError, match=r"code tarball /scratch/work/abc123.tar.gz is not on host 'k8s'.s volume"):
@@ -154,14 +157,17 @@ def broken(change):
 @pytest.mark.parametrize("change,says", [
     (lambda m: m["spec"]["tasks"][0].update(replicas="2"), "spec.tasks[0].replicas: '2' is not of type 'integer'"),
     (lambda m: container(m).pop("image"), "spec.tasks[0].template.spec.containers[0]: 'image' is a required property"),
-    (lambda m: m["spec"].update(minAvaliable=2), "spec: Additional properties are not allowed ('minAvaliable' was unexpected)"),
+    (lambda m: m["spec"].update(minAvaliable=2),
+     "spec: Additional properties are not allowed ('minAvaliable' was unexpected)"),
     (lambda m: m["spec"].update(minAvailable=-1), "spec.minAvailable: -1 is less than the minimum of 0"),
     (lambda m: m["metadata"].update(name="Theseus_Run"), "metadata.name: 'Theseus_Run' does not match"),
     (lambda m: m.update(apiVersion="batch/v1"), "apiVersion: 'batch.volcano.sh/v1alpha1' was expected"),
-    (lambda m: container(m)["resources"]["limits"].update(memory="lots"), "spec.tasks[0].template.spec.containers[0].resources.limits.memory: 'lots' is not valid"),
+    (lambda m: container(m)["resources"]["limits"].update(memory="lots"),
+     "spec.tasks[0].template.spec.containers[0].resources.limits.memory: 'lots' is not valid"),
     (lambda m: m["spec"]["tasks"][0]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"].pop("claimName"),
      "volumes[0].persistentVolumeClaim: 'claimName' is a required property"),
-    (lambda m: container(m)["env"].append({"name": "N", "value": 3}), "containers[0].env[3].value: 3 is not of type 'string'"),
+    (lambda m: container(m)["env"].append({"name": "N", "value": 3}),
+     "containers[0].env[3].value: 3 is not of type 'string'"),
 ])
 def test_a_broken_manifest_is_refused_naming_the_field(change, says):
     with pytest.raises(ManifestError) as e:

@@ -55,7 +55,7 @@ def parse(text: str) -> list[Block]:
 
     >>> [(b.lang, b.flags, b.line, b.runs) for b in parse("# t\\n```python no-run\\nx = 1\\n```\\n```text\\nout\\n```\\n")]
     [('python', ('no-run',), 3, False), ('text', (), 6, False)]
-    """
+    """  # noqa: E501 - the doctest's input is one line
     from markdown_it import MarkdownIt
 
     out = []

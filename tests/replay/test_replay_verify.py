@@ -38,7 +38,8 @@ def test_verify_a_checkpoint_is_bitwise(run):
     # the Python API: the replayed steps are 5..8, the losses logged at seqs 5..8
     v = verify(root, node.id, steps=4)
     assert v.status == "bitwise" and v.start == 4 and v.verdict.steps == [5, 6, 7, 8]
-    logged = {r["seq"]: r["train/loss"] for r in Store(root).find().nonce(nonce).has("train/loss").frame().collect().to_dicts()}
+    logged = {r["seq"]: r["train/loss"]
+              for r in Store(root).find().nonce(nonce).has("train/loss").frame().collect().to_dicts()}
     assert v.replayed == {k: logged[k] for k in (5, 6, 7, 8)}
     # nothing was written: still one run of 9 nodes
     assert len(Store(root).find().all()) == 9

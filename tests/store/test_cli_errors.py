@@ -9,9 +9,8 @@ from loguru import logger
 from typer.testing import CliRunner
 
 from theseus.cli import app
-from theseus.store import Node, Store
+from theseus.store import Node, Store, segments
 from theseus.store import fs as rootfs
-from theseus.store import segments
 
 runner = CliRunner()
 COMMANDS = (["ls"], ["show", "abcdef"], ["compact"], ["audit"], ["gc"])
@@ -44,7 +43,8 @@ def test_a_missing_root(tmp_path):
 
 def test_a_corrupt_segment(tmp_path):
     first = make_runs(tmp_path)[0]
-    bad = tmp_path / "log" / f"name={first.name}" / f"nonce={first.nonce}" / "s-9999999999999999999-bad00000-000000.parquet"
+    bad = (tmp_path / "log" / f"name={first.name}" / f"nonce={first.nonce}"
+           / "s-9999999999999999999-bad00000-000000.parquet")
     bad.write_bytes(b"PAR1 not parquet PAR1")
     for command in (["ls"], ["show", first.nonce], ["compact"], ["gc"]):
         code, out = invoke(command, tmp_path)
@@ -56,7 +56,8 @@ def test_a_corrupt_segment(tmp_path):
 def test_an_unwritable_root(tmp_path, monkeypatch):
     make_runs(tmp_path)
 
-    def refuse(fs, path, data, exclusive=False):  # what a read-only root answers (root users are never refused by chmod)
+    # what a read-only root answers (root users are never refused by chmod)
+    def refuse(fs, path, data, exclusive=False):
         raise PermissionError(errno.EACCES, "Permission denied", path)
 
     monkeypatch.setattr(rootfs, "publish", refuse)

@@ -8,7 +8,9 @@ from theseus.store import Node, Store
 from theseus.store.cursor import UnknownKey
 
 values = st.one_of(st.floats(allow_nan=False, allow_infinity=False, width=64), st.integers(-(2**40), 2**40))
-batches = st.lists(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["a", "b", "c"]), values), min_size=1, max_size=6), min_size=1, max_size=5)
+batches = st.lists(
+    st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["a", "b", "c"]), values), min_size=1, max_size=6),
+    min_size=1, max_size=5)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -47,7 +49,8 @@ runs_plan = st.lists(  # per run: batches of (seq, key, value); each batch is on
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(plan=runs_plan, compact=st.booleans(), late=st.booleans(), keys=st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=2, unique=True))
+@given(plan=runs_plan, compact=st.booleans(), late=st.booleans(),
+       keys=st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=2, unique=True))
 def test_plain_select_equals_the_general_plan(tmp_path_factory, plan, compact, late, keys):
     """A plain select(keys) (answered from the folds' columns when every run is read from the log)
     returns what the general plan does (frame(keys), which keeps node identity), and the fold

@@ -13,9 +13,9 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+from theseus.audit import audit, gc
 from theseus.cli import app
 from theseus.store import Node, Store
-from theseus.audit import audit, gc
 
 runner = CliRunner()
 

@@ -13,10 +13,10 @@ import pytest
 from loguru import logger
 from typer.testing import CliRunner
 
+from tests.store._segments import segment_files
 from theseus.cli import app
 from theseus.store import CorruptSegment, Node, Store
 from theseus.store.schema import INDEX_METADATA, KEYS_METADATA
-from tests.store._segments import segment_files
 
 runner = CliRunner()
 
@@ -107,7 +107,8 @@ def test_a_forged_seq_range_within_the_files_seqs_is_refused(tmp_path):
 
 def test_audit_reports_the_segments_readers_reject(tmp_path):
     """A valid Parquet file without the theseus footer, or with a keys footer that is not JSON."""
-    for case, edit in (("nofooter", lambda keys, index: (keys, None)), ("notjson", lambda keys, index: (b"{not json", index))):
+    for case, edit in (("nofooter", lambda keys, index: (keys, None)),
+                       ("notjson", lambda keys, index: (b"{not json", index))):
         root = tmp_path / case
         start = write_run(root)
         path = only_segment(root)
@@ -203,7 +204,8 @@ def test_a_view_that_disagrees_with_the_log_is_audited_ignored_and_replaced(tmp_
     losses = [r["loss"] for r in Store(tmp_path).find().select(keys=["loss"])]
     assert -1.0 not in losses and changed in losses
     Store(tmp_path).compact()
-    assert sorted(os.listdir(tmp_path / "view")) != [view, view + ".rejected"] and len(os.listdir(tmp_path / "view")) == 1
+    assert (sorted(os.listdir(tmp_path / "view")) != [view, view + ".rejected"]
+            and len(os.listdir(tmp_path / "view")) == 1)
     code, output = audit_cli(tmp_path)
     assert code == 0, output
 

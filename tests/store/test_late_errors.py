@@ -7,9 +7,9 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
+from theseus.audit import audit
 from theseus.cli import app
 from theseus.store import Node, Store
-from theseus.audit import audit
 
 runner = CliRunner()
 

@@ -51,7 +51,8 @@ def test_bad_nonce_and_seq():
         Node("a.b.c", "949e88", -1)
 
 
-names = st.from_regex(r"[a-z0-9][a-z0-9_\-]{0,10}\.[a-z0-9][a-z0-9_\-]{0,10}\.[a-z0-9][a-z0-9_\-]{0,10}", fullmatch=True)
+names = st.from_regex(r"[a-z0-9][a-z0-9_\-]{0,10}\.[a-z0-9][a-z0-9_\-]{0,10}\.[a-z0-9][a-z0-9_\-]{0,10}",
+                      fullmatch=True)
 
 
 @given(names, st.from_regex(r"[0-9a-f]{6}", fullmatch=True), st.integers(0, 10**9))
@@ -59,7 +60,8 @@ def test_id_round_trip(name, nonce, seq):
     assert decode_id(encode_id(name, nonce, seq)) == (name, nonce, seq)
 
 
-@given(names, st.from_regex(r"[0-9a-f]{6}", fullmatch=True), st.lists(st.integers(0, 10**18), max_size=64))  # both sides of _FEW_IDS
+@given(names, st.from_regex(r"[0-9a-f]{6}", fullmatch=True),
+       st.lists(st.integers(0, 10**18), max_size=64))  # both sides of _FEW_IDS
 def test_encode_ids_matches_encode_id(name, nonce, seqs):
     from theseus.store.node import encode_ids
 

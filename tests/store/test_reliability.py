@@ -12,9 +12,9 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+from tests.store._segments import segment_files
 from theseus.cli import app
 from theseus.store import Node, Store
-from tests.store._segments import segment_files
 
 WRITER = r"""
 import sys, json
@@ -39,7 +39,8 @@ def test_many_processes_one_root(tmp_path):
     runs = [Node.start(f"proj.conc.run{i}") for i in range(8)]
     shared = Node.start("proj.conc.shared")
     procs = [spawn(tmp_path, n.name, n.nonce, "a,b", steps) for n in runs]
-    procs += [spawn(tmp_path, shared.name, shared.nonce, "x", steps), spawn(tmp_path, shared.name, shared.nonce, "y", steps)]
+    procs += [spawn(tmp_path, shared.name, shared.nonce, "x", steps),
+              spawn(tmp_path, shared.name, shared.nonce, "y", steps)]
     for p in procs:
         assert p.wait(timeout=120) == 0
     store = Store(tmp_path)
@@ -109,7 +110,8 @@ def test_reader_during_compaction_sees_the_same_answer(tmp_path):
         with store.writer() as w:
             w.write(node, {"loss": float(i), "tokens": i * 10})
             node = node.next()
-    expected = store.find().nonce(nonce).where("tokens", ">=", 50).sort("loss", ascending=False).select(keys=["loss", "tokens"])
+    expected = (store.find().nonce(nonce).where("tokens", ">=", 50).sort("loss", ascending=False)
+                .select(keys=["loss", "tokens"]))
     answers, errors = [], []
     stop = threading.Event()
 
@@ -117,7 +119,8 @@ def test_reader_during_compaction_sees_the_same_answer(tmp_path):
         reader = Store(tmp_path)
         while not stop.is_set():
             try:
-                answers.append(reader.find().nonce(nonce).where("tokens", ">=", 50).sort("loss", ascending=False).select(keys=["loss", "tokens"]))
+                answers.append(reader.find().nonce(nonce).where("tokens", ">=", 50).sort("loss", ascending=False)
+                               .select(keys=["loss", "tokens"]))
             except Exception as e:  # noqa: BLE001 - any failure is the test's failure
                 errors.append(e)
 
@@ -155,7 +158,8 @@ def log_rows(root) -> int:
     return total
 
 
-@pytest.mark.parametrize("root", ["local", pytest.param("gcs", marks=[pytest.mark.gcs, pytest.mark.slow])], indirect=True)
+@pytest.mark.parametrize("root", ["local", pytest.param("gcs", marks=[pytest.mark.gcs, pytest.mark.slow])],
+                         indirect=True)
 def test_concurrent_compactions_never_multiply_records(root):
     """Three compaction loops race one writer; every record stays once in answers, and the log
     holds no more rows than were written (two compactions of the same records publish them once),

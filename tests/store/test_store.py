@@ -3,8 +3,8 @@
 import polars as pl
 import pytest
 
-from theseus.store import CorruptSegment, EmptyResult, Node, Store, UnknownKey
 from tests.store._segments import segment_files
+from theseus.store import CorruptSegment, EmptyResult, Node, Store, UnknownKey
 
 
 def write_run(store, name="train-gpt", steps=5, start_loss=10.0, **extra):
@@ -81,15 +81,20 @@ def test_cursor_dsl(root):
     assert {n.nonce for n in store.find().finished(False).all()} == {c.nonce}
     assert [n.seq for n in store.find().nonce(a.nonce).checkpoint().all()] == [0, 2, 4]
     assert len(store.find().has("data/samples").all()) == 1
-    assert [r["train/loss"] for r in store.find().where("train/loss", "<", 8).sort("train/loss").select(keys=["train/loss"])] == [6, 7]
-    assert store.find().where("train/loss", "in", [7.0, 19]).sort("train/loss", ascending=False).select(keys=["train/loss"]) == [
+    assert [r["train/loss"]
+            for r in store.find().where("train/loss", "<", 8).sort("train/loss").select(keys=["train/loss"])] == [6, 7]
+    assert (store.find().where("train/loss", "in", [7.0, 19]).sort("train/loss", ascending=False)
+            .select(keys=["train/loss"])) == [
         {"train/loss": 19.0},
         {"train/loss": 7.0},
     ]
-    assert store.find().where("train/tokens", "==", 0).where("train/loss", "!=", 10).select(keys=["train/loss"]) == [{"train/loss": 20.0}]
-    assert store.find().where("train/tokens", ">=", 4000).where("train/tokens", "<=", 4000).where("train/tokens", ">", 3000).limit(1).select(keys=["train/tokens"]) == [{"train/tokens": 4000}]
+    assert (store.find().where("train/tokens", "==", 0).where("train/loss", "!=", 10).select(keys=["train/loss"])
+            == [{"train/loss": 20.0}])
+    assert (store.find().where("train/tokens", ">=", 4000).where("train/tokens", "<=", 4000)
+            .where("train/tokens", ">", 3000).limit(1).select(keys=["train/tokens"]) == [{"train/tokens": 4000}])
     # the seed's query: checkpoint + where + descending sort, the last is the lowest loss
-    best = store.find().nonce(a.nonce).checkpoint().where("train/tokens", "<=", 3000).sort("train/loss", ascending=False).last()
+    best = (store.find().nonce(a.nonce).checkpoint().where("train/tokens", "<=", 3000)
+            .sort("train/loss", ascending=False).last())
     assert best.seq == 2
     assert store.find().latest().all() == [c]
     assert store.find().sort("train/loss").first().nonce == a.nonce
@@ -112,7 +117,8 @@ def test_columns_is_select_by_column(root):
     assert store.find().nonce(a.nonce).columns(keys=["train/loss", "train/tokens"]) == {
         "train/loss": [10.0, 9.0, 8.0, 7.0, 6.0], "train/tokens": [0, 1000, 2000, 3000, 4000]}
     cursors = [store.find(), store.find().nonce(b.nonce), store.find().where("train/loss", "<", 17).sort("train/loss"),
-               store.find().sort("train/tokens", ascending=False).limit(3), store.find().has("extra"), store.find().latest()]
+               store.find().sort("train/tokens", ascending=False).limit(3), store.find().has("extra"),
+               store.find().latest()]
     for cursor in cursors:
         for keys in (["train/loss"], ["extra", "train/tokens"], ["train/tokens", "extra", "train/loss"], None):
             rows, columns = cursor.select(keys=keys), cursor.columns(keys=keys)
@@ -347,6 +353,7 @@ def test_plain_select_of_every_type_with_gaps_equals_the_plan(tmp_path):
         assert got == cursor.frame(keys=keys).collect().select(keys).to_dicts()
         assert got == [{k: row.get(k) for k in keys} for row in rows if any(k in row for k in keys)]
         assert cursor.columns(keys=keys) == {k: [r[k] for r in got] for k in keys}
-        assert cursor.has(keys[0]).columns(keys=keys) == {k: [r[k] for r in got if r[keys[0]] is not None] for k in keys}
+        assert (cursor.has(keys[0]).columns(keys=keys)
+                == {k: [r[k] for r in got if r[keys[0]] is not None] for k in keys})
         assert [type(v) for r in got for v in r.values() if v is not None] == \
                [type(row[k]) for row in rows for k in keys if k in row]

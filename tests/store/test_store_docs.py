@@ -36,4 +36,5 @@ def test_store_imports_no_jax():
     import sys
 
     code = "import sys, theseus.store; print('jax' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    assert (subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+            == "False")

@@ -8,10 +8,10 @@ import polars as pl
 import pyarrow.parquet as pq
 from loguru import logger
 
+from tests.store._segments import segment_files
 from theseus.store import Node, Store
 from theseus.store.scope import MAX_LOG_FOLD_SEGMENTS
 from theseus.store.view import VIEW_METADATA, list_views
-from tests.store._segments import segment_files
 
 
 @contextlib.contextmanager
@@ -163,7 +163,8 @@ def test_a_view_with_a_malformed_folder_record_is_named(tmp_path):
     raw = json.loads(table.schema.metadata[VIEW_METADATA])
     assert len(raw["listing"]["runs"]) == 3
     raw["listing"]["runs"] = raw["listing"]["runs"][:2]  # one run short
-    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, VIEW_METADATA: json.dumps(raw).encode()}), view)
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, VIEW_METADATA: json.dumps(raw).encode()}),
+                   view)
     with logged_warnings() as warnings:  # ignored with a warning naming it: the log answers
         assert len(Store(tmp_path).find().select(keys=["loss"])) == 6
     assert any(os.path.basename(view) in w and "record of the log folders" in w for w in warnings)
@@ -193,7 +194,8 @@ def test_a_lineage_of_few_segments_folds_from_the_log_and_answers_as_the_view(tm
     assert len(few) == 3 and warnings == []  # folded from the log: the view was not read
     cold = Store(store.root)
     with logged_warnings() as warnings:
-        assert cold.find().nonce(many.nonce).select(keys=["loss"]) == [{"loss": 0.0}, {"loss": float(MAX_LOG_FOLD_SEGMENTS)}]
+        assert cold.find().nonce(many.nonce).select(keys=["loss"]) == [
+            {"loss": 0.0}, {"loss": float(MAX_LOG_FOLD_SEGMENTS)}]
     assert any("ignoring an unreadable view" in w for w in warnings)  # the view was read
     with open(view, "wb") as f:  # intact again, for the comparisons below
         f.write(intact)
@@ -289,7 +291,8 @@ def test_required_and_nullable_segments_read_together(root):
             node = node.next()
     end = write_steps(store, node, 3)
     (first, second) = sorted(segment_files(store))
-    required = [[f.name for f in pq.read_schema(io.BytesIO(store.fs.cat_file(p))) if not f.nullable] for p in (first, second)]
+    required = [[f.name for f in pq.read_schema(io.BytesIO(store.fs.cat_file(p))) if not f.nullable]
+                for p in (first, second)]
     assert required == [["node", "seq", "stamp", "writer", "key"], []]  # a small segment keeps the plain schema
     # rewrite the first segment with every column nullable, as the schema allows
     table = pq.read_table(io.BytesIO(store.fs.cat_file(first)))
@@ -301,12 +304,13 @@ def test_required_and_nullable_segments_read_together(root):
     rootfs.publish(store.fs, first, sink.getvalue())
     assert pq.read_schema(io.BytesIO(store.fs.cat_file(first))).field("seq").nullable
 
-    expected_rows = [{**metrics(i), "loss": None} for i in range(600)] + [{**{f"m{j}": None for j in range(8)}, "loss": 10.0 - i}
-                                                                         for i in range(3)]
+    expected_rows = ([{**metrics(i), "loss": None} for i in range(600)]
+                     + [{**{f"m{j}": None for j in range(8)}, "loss": 10.0 - i} for i in range(3)])
     keys = [*(f"m{j}" for j in range(8)), "loss"]
     fresh = Store(root)
     assert fresh.find().nonce(a.nonce).select(keys=keys) == expected_rows
-    assert fresh.find().nonce(a.nonce).where("m0", ">=", 8 * 598).select(keys=["m0"]) == [{"m0": 8.0 * 598}, {"m0": 8.0 * 599}]
+    assert fresh.find().nonce(a.nonce).where("m0", ">=", 8 * 598).select(keys=["m0"]) == [
+        {"m0": 8.0 * 598}, {"m0": 8.0 * 599}]
     frame = fresh.find().nonce(a.nonce).frame().collect()
     assert frame.height == 603 and frame["node"].to_list()[-1] == Node(end.name, end.nonce, end.seq - 1).id
     runs = fresh.runs()  # a plan over whole segments (gs://: fetched and concatenated)
@@ -315,6 +319,7 @@ def test_required_and_nullable_segments_read_together(root):
     if rootfs.is_local(store.fs):  # raw readers see one schema across both kinds of segment
         raw = pd.read_parquet(os.path.join(root, "log"))
         assert len(raw) == 600 * 8 + 3 * 2 and raw["seq"].dtype == "int64"
-        assert pl.scan_parquet(f"{root}/log/**/*.parquet", hive_partitioning=True).select(pl.len()).collect().item() == len(raw)
+        assert (pl.scan_parquet(f"{root}/log/**/*.parquet", hive_partitioning=True).select(pl.len()).collect().item()
+                == len(raw))
     store.compact()
     assert answers(Store(root), a.nonce) == before

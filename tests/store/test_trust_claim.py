@@ -10,10 +10,10 @@ import time
 
 import pytest
 
+from theseus.audit import audit
 from theseus.quick import quick
 from theseus.store import Node, Store
 from theseus.store import writer as writer_module
-from theseus.audit import audit
 from theseus.store.claim import ResumeConflict, claim, claims
 
 PRETRAIN = "gpt/train/pretrain"
@@ -33,7 +33,8 @@ RESOLVER = "data:\n  dataset: ${oc.env:THESEUS_TEST_SECRET}\n"
 
 
 @pytest.mark.parametrize("config_yaml, why", [(TAGGED, "YAML tag !!python/object/apply:os.getcwd"),
-                                               (RESOLVER, "data.dataset = '${oc.env:THESEUS_TEST_SECRET}' calls a resolver")])
+                                               (RESOLVER, "data.dataset = '${oc.env:THESEUS_TEST_SECRET}' "
+                                                          "calls a resolver")])
 def test_audit_and_resume_refuse_configs_that_are_not_plain_data(tmp_path, monkeypatch, config_yaml, why):
     monkeypatch.setenv("THESEUS_TEST_SECRET", "pydoc-secret")
     tip = _run_with_config(tmp_path, config_yaml)

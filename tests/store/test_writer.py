@@ -5,8 +5,8 @@ import gc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from theseus.store import Node, Store
 from tests.store._segments import segment_files
+from theseus.store import Node, Store
 
 KEYS = {"f": ("x/f", st.floats(allow_nan=False, allow_infinity=False, width=64)),
         "i": ("x/i", st.integers(-(2**62), 2**62)),
@@ -22,7 +22,8 @@ record = st.tuples(
 
 def node_at(start: Node, seq: int, chained: bool) -> Node:
     if not chained:
-        return Node(start.name, start.nonce, seq, start.parent if seq == 0 else Node(start.name, start.nonce, seq - 1).id)
+        return Node(start.name, start.nonce, seq,
+                    start.parent if seq == 0 else Node(start.name, start.nonce, seq - 1).id)
     node = start
     for _ in range(seq):
         node = node.next()
@@ -79,7 +80,8 @@ def test_pending_records_of_other_lineages_keep_their_nodes(tmp_path):
     a = Node.start("main")
     branch = Node.start("main", parent=a.next().id)
     other = Node.start("other")
-    written = [a, a.next(), other, branch, a.next().next(), other.next(), branch.next(), Node(a.name, a.nonce, 7, other.id)]
+    written = [a, a.next(), other, branch, a.next().next(), other.next(), branch.next(),
+               Node(a.name, a.nonce, 7, other.id)]
     with store.writer(flush_interval=60) as w:
         for i, node in enumerate(written):
             w.write(node, {"k": float(i)})

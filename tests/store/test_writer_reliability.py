@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from theseus.store import FlushError, Node, Store
 from tests.store._segments import segment_files
+from theseus.store import FlushError, Node, Store
 
 COMPACTOR = r"""
 import os, sys, time
@@ -134,7 +134,8 @@ def test_write_refuses_what_no_flush_could_publish(tmp_path):
         longest = Node.start("proj.bad." + "r" * (250 - len("proj.bad.")))
         w.write(longest, {"loss": 4.0})
         for bad in [Node.start("proj.bad." + "r" * (251 - len("proj.bad."))), Node.start("r" * 240)]:
-            with pytest.raises(ValueError, match=r"is 25\d characters: the log's folder name=<name> allows at most 250"):
+            with pytest.raises(ValueError,
+                               match=r"is 25\d characters: the log's folder name=<name> allows at most 250"):
                 w.write(bad, {"loss": 2.0})
         with pytest.raises(ValueError, match=r"value of 'tag' '\\udc80' is not valid Unicode"):
             w.write(good.next(), {"loss": 2.0, "tag": "\udc80"})  # the checked shape of a known record
@@ -229,7 +230,8 @@ def test_two_writers_racing_a_new_keys_type(tmp_path):
     second.write(b, {"x/k": "high"})  # nothing published yet: accepted
     second.write(c, {"x/other": 1})  # another run of the refused writer
     first.flush()
-    with pytest.raises(FlushError, match=r"run proj\.types\.b .* key 'x/k' was published as float .* gave it str") as info:
+    with pytest.raises(FlushError,
+                       match=r"run proj\.types\.b .* key 'x/k' was published as float .* gave it str") as info:
         second.flush()
     assert "proj.types.c" not in str(info.value)
     with pytest.raises(ValueError, match="'x/k' holds float values; got str"):

@@ -17,7 +17,8 @@ def listing(root):
 @pytest.mark.parametrize(
     "cfg, error, pattern",
     [
-        (config(architecture={"n_embd": 30, "n_head": 4}), ValueError, r"n_embd \(30\) must be divisible by n_head \(4\)"),
+        (config(architecture={"n_embd": 30, "n_head": 4}), ValueError,
+         r"n_embd \(30\) must be divisible by n_head \(4\)"),
         (config(training={"batch_size": 8, "per_device_batch_size": 3}), ValueError,
          r"batch_size 8 does not split into micro-batches of per_device_batch_size 3 x 1 data-parallel devices = 3"),
         (config(training={"per_device_batch_size": 0}), ValueError, r"per_device_batch_size must be -1"),

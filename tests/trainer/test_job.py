@@ -53,9 +53,11 @@ def test_every_step_is_a_node_and_checkpoints_commit_after_their_files(run):
 def test_resume_a_middle_checkpoint_replays_the_same_losses_on_a_branch(run):
     root, first, _ = run
     store = Store(root)
-    straight = {r["seq"]: r["train/loss"] for r in store.find().nonce(first.nonce).has("train/loss").frame().collect().iter_rows(named=True)}
+    straight = {r["seq"]: r["train/loss"]
+                for r in store.find().nonce(first.nonce).has("train/loss").frame().collect().iter_rows(named=True)}
     with quick(root) as q:
-        q.find().nonce(first.nonce).checkpoint().where("train/tokens", "<=", 8 * 32 * 4).sort("train/loss", ascending=False).resume()
+        (q.find().nonce(first.nonce).checkpoint().where("train/tokens", "<=", 8 * 32 * 4)
+         .sort("train/loss", ascending=False).resume())
         assert q.config.training.tokens == 8 * 32 * 8  # the run's recorded config
         job = q.build().create()
         batch = job.batch()

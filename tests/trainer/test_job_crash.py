@@ -54,7 +54,8 @@ def test_kill_dash_nine_then_resume(tmp_path):
     assert store.find().spec(run="crashy").finished().all() == []
     with quick(str(tmp_path)) as q:
         q.find().spec(run="crashy").checkpoint().sort("train/tokens").resume()
-        q.config.training.tokens = 8 * 32 * (q.find().spec(run="crashy").checkpoint().sort("train/tokens").last().seq + 3)
+        q.config.training.tokens = 8 * 32 * (
+            q.find().spec(run="crashy").checkpoint().sort("train/tokens").last().seq + 3)
         job = q.build().create()
         start = job.trainer.step
         last = job()

@@ -11,10 +11,10 @@ import shutil
 import pytest
 
 from tests.trainer._helpers import config, tree_hash, write_dataset
+from theseus.audit import audit
 from theseus.quick import quick
 from theseus.store import Node, Store
 from theseus.store import writer as writer_module
-from theseus.audit import audit
 from theseus.store.claim import ResumeConflict
 from theseus.train import checkpoint as ckpt
 

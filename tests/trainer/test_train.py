@@ -171,7 +171,8 @@ def test_validate_and_save_callbacks(make_trainer, tmp_path):
 
 
 def test_cpu_peak_cached_once(tmp_path, monkeypatch):
-    from theseus.train import mfu, trainer as trainer_mod
+    from theseus.train import mfu
+    from theseus.train import trainer as trainer_mod
 
     calls = []
     monkeypatch.setattr(mfu, "measure_cpu_peak", lambda dtype="float32", **k: calls.append(dtype) or 1.5e11)
@@ -185,8 +186,8 @@ def test_cpu_peak_cached_once(tmp_path, monkeypatch):
 
 
 def test_trainer_peak_default_location(make_trainer, data_root, tmp_path, monkeypatch):
-    from theseus.train import mfu
     from tests.trainer._helpers import write_dataset
+    from theseus.train import mfu
 
     monkeypatch.setattr(mfu, "measure_cpu_peak", lambda dtype="float32", **k: 2e11)
     root = tmp_path / "r"

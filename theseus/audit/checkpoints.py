@@ -65,7 +65,8 @@ def check_checkpoints(fs, base, wanted, verify, threads, problems) -> dict[str, 
             for rel, entry in (listed or {}).items():
                 if rel in present and present[rel] == entry.size and (verify or rel in (CONFIG_FILE, INDEX)):
                     tasks.append((i, rel))
-        digests = list(pool.map(lambda t: _digest(fs, f"{base}/{wanted[t[0]]['value']}/{t[1]}", t[1] in (CONFIG_FILE, INDEX)),
+        digests = list(pool.map(lambda t: _digest(fs, f"{base}/{wanted[t[0]]['value']}/{t[1]}",
+                                                  t[1] in (CONFIG_FILE, INDEX)),
                                 tasks))
     results: list[dict[str, Any]] = [{} for _ in wanted]
     for (i, rel), digest in zip(tasks, digests, strict=True):
@@ -101,7 +102,8 @@ def _open_checkpoint(fs, base: str, path: str) -> tuple[dict[str, FileEntry] | N
     try:
         listed = parse_manifest(rootfs.read_regular(fs, f"{folder}/{MANIFEST}"))
     except Exception as e:
-        return None, present, Problem("bad-manifest", f"{safe}/{MANIFEST}", f"malformed {safe}/{MANIFEST}: {first_line(e)}")
+        return None, present, Problem("bad-manifest", f"{safe}/{MANIFEST}",
+                                      f"malformed {safe}/{MANIFEST}: {first_line(e)}")
     return listed, present, None
 
 
@@ -118,7 +120,8 @@ def _list_files(fs, folder: str) -> dict[str, int]:
         found = fs.find(folder, detail=True)
     except FileNotFoundError:
         return {}
-    return {relative(folder, p): int(info.get("size") or 0) for p, info in found.items() if info.get("type") != "directory"}
+    return {relative(folder, p): int(info.get("size") or 0) for p, info in found.items()
+            if info.get("type") != "directory"}
 
 
 def _digest(fs, path: str, keep: bool) -> tuple[int, str, bytes | None] | Exception:
@@ -175,7 +178,8 @@ def _judge(node, seq, path, listed, present, hashed, verify, found, cache) -> Ch
                 bad("unparsable-file", rel, f"{path}/{rel} cannot be parsed: {first_line(e)}")
     index, config = parsed.get(INDEX), parsed.get(CONFIG_FILE)
     leaves = index.get("leaves") if isinstance(index, dict) else None
-    arrays = [str(leaf.get("path", "")) for leaf in leaves if isinstance(leaf, dict)] if isinstance(leaves, list) else []
+    arrays = ([str(leaf.get("path", "")) for leaf in leaves if isinstance(leaf, dict)]
+              if isinstance(leaves, list) else [])
 
     owner = {rel: _array_of(rel, arrays) or "" for rel in listed}
     files_of: dict[str, int] = {}

@@ -45,12 +45,12 @@ from theseus.audit.reading import first_line, open_root, parse_config, relative,
 from theseus.audit.report import WARNING, AuditReport, Change, CheckpointAudit, GcReport, Problem, Resume, RunAudit
 from theseus.store import fs as rootfs
 from theseus.store import schema, trust
+from theseus.store.fold import node_ids
+from theseus.store.index import Index
 from theseus.store.layout import CONFIG_FILE, LOG, MANIFEST, OBJECTS
 from theseus.store.node import check_nonce, decode_id, encode_id
-from theseus.store.fold import node_ids
 from theseus.store.reader import empty_frame, latest_records, value_expr
 from theseus.store.segments import check_segment, list_segments, partition_of, partition_ok, retry_vanished, vanished
-from theseus.store.index import Index
 from theseus.store.view import list_views, reject_view
 from theseus.store.view_fold import check_view
 
@@ -253,7 +253,8 @@ def _view_problems(fs, base: str, nonce: str | None) -> list[Problem]:
         except Exception as e:  # any failure to read a view is reported, never raised
             found = [Problem("corrupt-view", rel, f"view {rel} cannot be read ({first_line(e)})")]
         else:
-            found = [Problem("view-differs", rel, f"view {rel} disagrees with the log for run {line}") for line in differs]
+            found = [Problem("view-differs", rel, f"view {rel} disagrees with the log for run {line}")
+                     for line in differs]
         if found:
             problems += _rejected(index, path, found, advice)
     return problems
@@ -332,7 +333,8 @@ def _nodes(log: pl.DataFrame) -> pl.DataFrame:
         pl.col("parent").drop_nulls().first(), pl.col("stamp").max().alias("written"),
     )
     name, nonce, seq = pl.col("name"), pl.col("nonce"), pl.col("seq")
-    return nodes.with_columns(node_ids(name, nonce, seq).alias("expected"), node_ids(name, nonce, seq - 1).alias("previous"))
+    return nodes.with_columns(node_ids(name, nonce, seq).alias("expected"),
+                              node_ids(name, nonce, seq - 1).alias("previous"))
 
 
 def _identity_problems(nodes: pl.DataFrame) -> list[Problem]:
@@ -341,10 +343,12 @@ def _identity_problems(nodes: pl.DataFrame) -> list[Problem]:
     for row in nodes.filter(pl.col("expected") != pl.col("node")).iter_rows(named=True):
         problems.append(Problem("node-id", f"{row['name']}:{row['nonce']}", f"records of node {row['node']} say "
                                 f"{row['name']}:{row['nonce']}:{row['seq']}, whose id is {row['expected']}"))
-    wrong = nodes.filter((pl.col("seq") > 0) & pl.col("parent").is_not_null() & (pl.col("parent") != pl.col("previous")))
+    wrong = nodes.filter((pl.col("seq") > 0) & pl.col("parent").is_not_null()
+                         & (pl.col("parent") != pl.col("previous")))
     for row in wrong.iter_rows(named=True):
         problems.append(Problem("lineage", f"{row['name']}:{row['nonce']}", f"node {row['node']} (seq {row['seq']}) "
-                                f"has parent {row['parent']}, not seq {row['seq'] - 1} of its own run ({row['previous']})"))
+                                f"has parent {row['parent']}, not seq {row['seq'] - 1} "
+                                f"of its own run ({row['previous']})"))
     return problems
 
 
@@ -422,7 +426,8 @@ def _runs(fs, base, rows, records, checkpoints, checked, known, problems) -> lis
             error=error["value"] if error else None, error_node=error["node"] if error else None,
             nodes=row["nodes"], first_seq=row["seqs"][0], last_seq=row["seqs"][-1], last_node=row["last_node"],
             written=row["written"], gaps=_gaps(row["seqs"]), parent=origin, resumes=resumes,
-            checkpoints=tuple(_with_changes(fs, base, ckpts, origin if origin in checkpoints else None, checkpoints, configs)),
+            checkpoints=tuple(_with_changes(fs, base, ckpts, origin if origin in checkpoints else None,
+                                            checkpoints, configs)),
         )
         problems += _run_problems(run, error, known)
         out.append(run)
@@ -434,7 +439,8 @@ def _run_problems(run: RunAudit, error: dict | None, known: set[str]) -> list[Pr
     label, out = run.label, []
     if run.parent is not None:
         if not _decodes(run.parent) or decode_id(run.parent)[1] == run.nonce:
-            out.append(Problem("lineage", label, f"seq 0 of {label} has parent {run.parent}, not a node of another run"))
+            out.append(Problem("lineage", label,
+                               f"seq 0 of {label} has parent {run.parent}, not a node of another run"))
         elif run.parent not in known:
             out.append(Problem("missing-parent", label, f"{label} branched from node {run.parent} "
                                f"({_describe(run.parent)}), which has no records in this root", WARNING))
@@ -522,7 +528,8 @@ def _diff(before: dict, after: dict) -> tuple[Change, ...]:
     (Change(key='t.lr', before=1, after=3), Change(key='t.m', before=None, after=4))
     """
     a, b = flatten(before), flatten(after)
-    return tuple(Change(k, a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k) or (k in a) != (k in b))
+    return tuple(Change(k, a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys())
+                 if a.get(k) != b.get(k) or (k in a) != (k in b))
 
 
 # ---------------------------------------------------------------------------
@@ -558,7 +565,8 @@ def _unreferenced(fs, base: str, referenced: set[str], nonce: str | None, proble
             _, owner, _ = decode_id(name)
         except ValueError:
             if nonce is None:
-                problems.append(Problem("unknown-object", rel, f"{rel} is not named by a node id; gc leaves it", WARNING))
+                problems.append(Problem("unknown-object", rel, f"{rel} is not named by a node id; gc leaves it",
+                                        WARNING))
             continue
         if nonce is not None and owner != nonce:
             continue
@@ -617,7 +625,8 @@ def _newest_and_size(fs, folder: str) -> tuple[float, int]:
                 newest, size = max(newest, st.st_mtime), size + st.st_size
         return newest, size
     found = fs.find(folder, detail=True)
-    times = [_timestamp(info.get("mtime") or info.get("updated") or info.get("LastModified")) for info in found.values()]
+    times = [_timestamp(info.get("mtime") or info.get("updated") or info.get("LastModified"))
+             for info in found.values()]
     return max(times, default=0.0), sum(int(info.get("size") or 0) for info in found.values())
 
 

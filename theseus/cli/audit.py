@@ -22,8 +22,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from theseus.cli.errors import fail, reported
 from theseus.audit import AuditReport, CheckpointAudit, RunAudit, audit, flatten, gc
+from theseus.cli.errors import fail, reported
 
 _SHOWN_GAPS = 4
 _SHOWN_CHANGES = 12
@@ -123,7 +123,8 @@ def _print_run(run: RunAudit, say, show_config: bool) -> None:
         if not ckpt.ok:
             check = "[red]FAILED[/red]"
         config = _config_lines(ckpt, run)
-        say(f"  checkpoint seq {ckpt.seq}: {escape(ckpt.path)}  {ckpt.files} files, {_size(ckpt.bytes)}, {check}, {config[0]}")
+        say(f"  checkpoint seq {ckpt.seq}: {escape(ckpt.path)}  {ckpt.files} files, {_size(ckpt.bytes)}, "
+            f"{check}, {config[0]}")
         for line in config[1:]:
             say(line)
         if show_config:
@@ -167,11 +168,13 @@ def render(report: AuditReport, console: Console, show_config: bool = False) -> 
 
 def audit_command(
     root: Annotated[str, typer.Argument(help="The root folder or gs:// URL to audit")],
-    nonce: Annotated[str | None, typer.Argument(help="Only this run (6-hex nonce) and the runs it branched from")] = None,
+    nonce: Annotated[str | None, typer.Argument(
+        help="Only this run (6-hex nonce) and the runs it branched from")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
     checksums: Annotated[bool, typer.Option("--checksums/--no-checksums",
                                             help="Hash every checkpoint file (default) or check sizes only")] = True,
-    show_config: Annotated[bool, typer.Option("--config", help="Also print the full config of each checkpoint")] = False,
+    show_config: Annotated[bool, typer.Option(
+        "--config", help="Also print the full config of each checkpoint")] = False,
     threads: Annotated[int | None, typer.Option("--threads", min=1, help="Files read at once")] = None,
 ) -> None:
     """Check a root offline: lineages, checkpoints against their MANIFEST, configs, failed runs, garbage.

@@ -2,7 +2,8 @@
 
 ::
 
-    theseus launch gpt/train/pretrain train-gpt /tmp/root training.per_device_batch_size=2 --processes 2 --devices-per-process 2
+    theseus launch gpt/train/pretrain train-gpt /tmp/root training.per_device_batch_size=2 \\
+        --processes 2 --devices-per-process 2
     theseus logs /tmp/root 949e88
 
 ``launch`` starts N local processes under ``jax.distributed`` (one run, one root);
@@ -85,10 +86,12 @@ def submit(
         "--cluster", help="Only this cluster (repeat for several, in priority order)")] = None,
     memory_gb: Annotated[float | None, typer.Option("--memory-gb", help="Memory each process needs")] = None,
     cpus: Annotated[int | None, typer.Option("--cpus", help="CPUs each process needs")] = None,
-    inventory: Annotated[str | None, typer.Option("--inventory", help="Inventory file (default ~/.theseus.yaml)")] = None,
+    inventory: Annotated[str | None, typer.Option(
+        "--inventory", help="Inventory file (default ~/.theseus.yaml)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; start nothing")] = False,
     allow_dirty: Annotated[bool, typer.Option("--allow-dirty", help="Ship uncommitted changes too")] = False,
-    repo: Annotated[str | None, typer.Option("--repo", help="The git checkout to ship (default: theseus's own)")] = None,
+    repo: Annotated[str | None, typer.Option(
+        "--repo", help="The git checkout to ship (default: theseus's own)")] = None,
     resume: Annotated[str | None, typer.Option("--resume", help="Continue the run from this node id")] = None,
     branch: Annotated[str | None, typer.Option("--branch", help="Start RUN_NAME as a branch of this node id")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Stop the run after this many seconds")] = 3600.0,
@@ -107,9 +110,9 @@ def submit(
     """
     from theseus.dispatch.inventory import load_inventory
     from theseus.dispatch.solver import solve
-    from theseus.quick import build_spec
     from theseus.dispatch.submit import request_for
     from theseus.dispatch.submit import submit as submit_spec
+    from theseus.quick import build_spec
 
     if resume and branch:
         fail("--resume and --branch exclude each other: continue a run, or start a branch of it", 2)

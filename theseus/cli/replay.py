@@ -65,14 +65,16 @@ def _print_verification(result) -> None:
     v = result.verdict
     words = {"bitwise": "[green]bitwise[/green]", "tolerance": "[yellow]within tolerance[/yellow]",
              "diverged": "[bold red]diverged[/bold red]"}
-    table = Table("step", "logged train/loss", "replayed", "abs diff", title=f"replay of {result.node} from step {result.start}")
+    table = Table("step", "logged train/loss", "replayed", "abs diff",
+                  title=f"replay of {result.node} from step {result.start}")
     for k in v.steps:
         a, b = result.logged[k], result.replayed[k]
         mark = " <- first divergence" if k == v.first_divergence else ""
         table.add_row(str(k), repr(a), repr(b), f"{abs(a - b):.3g}{mark}")
     console = Console(highlight=False, soft_wrap=True)
     console.print(table)
-    line = f"{words[v.status]}: {len(v.steps)} steps compared, max abs diff {v.max_abs_diff:.3g}, max rel diff {v.max_rel_diff:.3g}"
+    line = (f"{words[v.status]}: {len(v.steps)} steps compared, max abs diff {v.max_abs_diff:.3g}, "
+            f"max rel diff {v.max_rel_diff:.3g}")
     if v.first_divergence is not None:
         line += f", first divergent step {v.first_divergence}"
     console.print(line)

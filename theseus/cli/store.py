@@ -37,7 +37,8 @@ def ls(root: str = typer.Argument(..., help="root folder or gs:// URL")) -> None
     table = Table(title=f"runs in {root}")
     metrics = [c for c in ("train/loss", "val/loss", "train/tokens") if c in runs.columns]
     for column in ["name", "nonce", "nodes", "last write", "job", "status", *metrics]:
-        table.add_column(column, justify="right" if column in ("nodes", *metrics) else "left", no_wrap=column in ("nonce", "name"))
+        table.add_column(column, justify="right" if column in ("nodes", *metrics) else "left",
+                         no_wrap=column in ("nonce", "name"))
     for row in runs.iter_rows(named=True):
         status = row.get("_status") or ("finished" if row.get("_finished") else "-")
         table.add_row(
@@ -60,7 +61,8 @@ def show(
         if len(ident) == 6:
             record = store.run_record(ident)
             nodes = store.find().nonce(ident).all()
-            title = f"run {record.get('name')} nonce={ident} ({len(nodes)} nodes, last seq {nodes[-1].seq if nodes else '-'})"
+            title = (f"run {record.get('name')} nonce={ident} "
+                     f"({len(nodes)} nodes, last seq {nodes[-1].seq if nodes else '-'})")
             last = store.find().nonce(ident).select()
             record = {**{k: v for k, v in record.items() if k != "nonce"}, **(last[-1] if last else {})}
         else:

@@ -96,7 +96,8 @@ class NpyAppender:
         """Append ``array`` (shape ``[n, *row_shape]``, cast to the file's dtype)."""
         array = np.ascontiguousarray(array, dtype=self.dtype)
         if array.shape[1:] != self.row_shape:
-            raise ValueError(f"{os.path.basename(self.path)}: rows of shape {self.row_shape} expected, got {array.shape[1:]}")
+            raise ValueError(f"{os.path.basename(self.path)}: rows of shape {self.row_shape} expected, "
+                             f"got {array.shape[1:]}")
         data = memoryview(array).cast("B")
         self.sha256.update(data)
         self.file.write(data)
@@ -154,7 +155,8 @@ class DatasetWriter:
 
     def _check_free(self) -> None:
         if self.fs.exists(f"{self.final}/{META}") and not self.overwrite:
-            raise FileExistsError(f"dataset {self.dataset!r} exists at {data_dir(self.root)}/{self.dataset}; pass overwrite=True")
+            raise FileExistsError(f"dataset {self.dataset!r} exists at {data_dir(self.root)}/{self.dataset}; "
+                                  "pass overwrite=True")
 
     def set_tokenizer(self, tokenizer) -> None:
         """Record ``tokenizer`` (an object with ``describe()``, or a dict) in meta.json.
@@ -295,7 +297,8 @@ class Dataset:
             else:
                 array = np.load(path, mmap_mode="r")
             if list(array.shape) != list(info["shape"]):
-                raise ValueError(f"dataset {self.name!r}: {name}.npy has shape {array.shape}, meta.json says {info['shape']}")
+                raise ValueError(f"dataset {self.name!r}: {name}.npy has shape {array.shape}, "
+                                 f"meta.json says {info['shape']}")
             self._arrays[name] = array
         return self._arrays[name]
 

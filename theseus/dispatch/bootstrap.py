@@ -63,12 +63,12 @@ from theseus import config as configs
 from theseus import logs
 from theseus.dispatch.spec import LaunchSpec
 from theseus.jobs import get_job
-from theseus.store import EmptyResult, Store
+from theseus.store import EmptyResult, Store, layout
 from theseus.store import fs as rootfs
-from theseus.store import layout
 from theseus.store.node import Node
 
-__all__ = ["BadInput", "ProcessInfo", "bootstrap_script", "check_spec", "log_path", "main", "process_info", "publish_log"]
+__all__ = ["BadInput", "ProcessInfo", "bootstrap_script", "check_spec", "log_path", "main", "process_info",
+           "publish_log"]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 TAIL_LINES = 60
@@ -213,7 +213,7 @@ def check_spec(spec: LaunchSpec, num_processes: int = 1):
     ... except BadInput as e:
     ...     print(e)
     training.per_device_batch_size=-1 (autobatch) runs on one process only, and this launch has 2: set an explicit size, e.g. training.per_device_batch_size=4
-    """
+    """  # noqa: E501 - a doctest's expected output, printed on one line
     try:
         cls = get_job(spec.job_key)
         cfg = configs.from_yaml(cls.Config, spec.config_yaml)

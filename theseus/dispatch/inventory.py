@@ -345,10 +345,11 @@ def load_inventory(path: str | os.PathLike | None = None) -> Inventory:
     Traceback (most recent call last):
     ...
     FileNotFoundError: no inventory at .../missing.yaml: write one (see theseus.dispatch.inventory) or pass --inventory PATH
-    """
+    """  # noqa: E501 - a doctest's expected output, printed on one line
     p = Path(os.path.expanduser(os.fspath(path if path is not None else DEFAULT_INVENTORY)))
     if not p.is_file():
-        raise FileNotFoundError(f"no inventory at {p}: write one (see theseus.dispatch.inventory) or pass --inventory PATH")
+        raise FileNotFoundError(f"no inventory at {p}: write one (see theseus.dispatch.inventory) "
+                                "or pass --inventory PATH")
     return parse_inventory(p.read_text(), str(p))
 
 
@@ -446,7 +447,8 @@ class _Reader:
             if not isinstance(key, str):
                 raise self.error(key_node, where, "keys must be plain names")
             if known is not None and key not in known:
-                raise self.error(key_node, f"{where} field {key!r}", _unknown("field", key, sorted(known), "", quote=False))
+                raise self.error(key_node, f"{where} field {key!r}",
+                                 _unknown("field", key, sorted(known), "", quote=False))
             if key in out:
                 raise self.error(key_node, f"{where} field {key!r}", "given twice")
             out[key] = (key_node, value_node)
@@ -486,13 +488,15 @@ class _Reader:
         if dataclasses.is_dataclass(hint):
             return self.record(hint, node, where)
         if origin is tuple:
-            return tuple(self.value(str, item, f"{where} item #{i + 1}") for i, item in enumerate(self.items(node, where)))
+            return tuple(self.value(str, item, f"{where} item #{i + 1}")
+                         for i, item in enumerate(self.items(node, where)))
         if origin is dict:
             entries = self.mapping(node, where, None)
             out = {}
             for key, (_, item) in entries.items():
                 if not isinstance(item, yaml.ScalarNode) or _is_null(item) or isinstance(self.scalar(item), bool):
-                    raise self.error(item, f"{where} key {key!r}", f"expected a string value, got {_kind(item)} (quote it)")
+                    raise self.error(item, f"{where} key {key!r}",
+                                     f"expected a string value, got {_kind(item)} (quote it)")
                 out[key] = item.value
             return out
         if not isinstance(node, yaml.ScalarNode) or _is_null(node):
@@ -530,7 +534,8 @@ def _label(node: yaml.Node, kind: str, i: int) -> str:
     """``host 'gpu-box'`` when the entry has a name, else ``host #2``."""
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
-            if isinstance(k, yaml.ScalarNode) and k.value == "name" and isinstance(v, yaml.ScalarNode) and not _is_null(v):
+            if (isinstance(k, yaml.ScalarNode) and k.value == "name" and isinstance(v, yaml.ScalarNode)
+                    and not _is_null(v)):
                 return f"{kind} {v.value!r}"
     return f"{kind} #{i + 1}"
 

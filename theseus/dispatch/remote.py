@@ -141,7 +141,7 @@ class Ssh:
         Traceback (most recent call last):
         ...
         theseus.dispatch.remote.HostUnreachable: cannot reach ssh host 'box' (127.0.0.1:1): ssh: ...Connection refused; ...
-        """
+        """  # noqa: E501 - a doctest's expected output, printed on one line
         label = f"ssh host {name!r} ({self.target}:{self.port})" if name else f"ssh host {self.target}:{self.port}"
         command = f'true && printf "%s\\n" "$HOME" && {shlex.quote(python)} -c {shlex.quote(FREE_PORT)}'
         try:

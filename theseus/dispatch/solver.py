@@ -141,7 +141,8 @@ def solve(inventory: Inventory, request: Request) -> Placement:
             raise ValueError(f"unknown cluster {name!r} in the request{hint} "
                              f"(clusters in {inventory.path}: {', '.join(names) or 'none'})")
     rank = {name: i for i, name in enumerate(request.prefer)}
-    hosts = sorted(inventory.hosts, key=lambda h: rank.get(h.cluster, len(rank)))  # stable: inventory order within a rank
+    # stable: inventory order within a rank
+    hosts = sorted(inventory.hosts, key=lambda h: rank.get(h.cluster, len(rank)))
     reasons = {}
     for host in hosts:
         fit = _fit(host, request)
@@ -196,7 +197,8 @@ def _fit(host: Host, request: Request) -> str | tuple[int, int]:
     if request.n % per_node:
         return f"{request.n} {host.chip} chips do not fill whole {per_node}-chip nodes"
     if request.n // per_node > max_nodes:
-        return f"{request.n} {host.chip} chips need {request.n // per_node} nodes of {per_node}, has at most {max_nodes}"
+        return (f"{request.n} {host.chip} chips need {request.n // per_node} nodes of {per_node}, "
+                f"has at most {max_nodes}")
     return request.n // per_node, per_node
 
 

@@ -160,7 +160,7 @@ class LaunchSpec:
         Traceback (most recent call last):
         ...
         ValueError: launch spec has unknown field(s) colour; known: base_node, config_yaml, env, groups, job_key, nonce, resume, revision, root, run_name
-        """
+        """  # noqa: E501 - a doctest's expected output, printed on one line
         if not isinstance(data, dict):
             raise ValueError(f"a launch spec is a JSON object, got {type(data).__name__}")
         data = dict(data)
@@ -170,7 +170,8 @@ class LaunchSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"launch spec has unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            raise ValueError(f"launch spec has unknown field(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(sorted(known))}")
         missing = sorted(n for n in ("job_key", "run_name", "config_yaml", "root") if n not in data)
         if missing:
             raise ValueError(f"launch spec is missing field(s) {', '.join(missing)}")

@@ -41,7 +41,7 @@ import threading
 import time
 from typing import IO, Any
 
-from theseus.dispatch.remote import LaunchFailed, Launched, Ssh, absolute, require_host, ship
+from theseus.dispatch.remote import Launched, LaunchFailed, Ssh, absolute, require_host, ship
 from theseus.dispatch.stage import device_env, exports, new_stage, stage_files
 
 __all__ = ["launch_ssh"]
@@ -92,7 +92,7 @@ def launch_ssh(spec: Any, placement: Any, tarball: bytes, *, uv: str | None = No
     Traceback (most recent call last):
     ...
     theseus.dispatch.remote.HostUnreachable: cannot reach ssh host 'box' (127.0.0.1:1): ssh: ...: Connection refused; ...
-    """
+    """  # noqa: E501 - a doctest's expected output, printed on one line
     host, n = placement.host, placement.processes
     require_host(host, "ssh", "launch_ssh needs an ssh host")
     if n > 1 and host.chip != "cpu":

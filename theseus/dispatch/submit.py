@@ -93,7 +93,8 @@ def request_for(inventory: Inventory, chip: str, n: int, clusters: str | tuple[s
     """A solver request for ``n`` x ``chip``, restricted to ``clusters`` (in that priority) when named.
 
     >>> from theseus.dispatch.inventory import parse_inventory
-    >>> inv = parse_inventory("clusters: [{name: a, root: /a, work_dir: /w}, {name: b, root: /b, work_dir: /w}]\\nhosts: []")
+    >>> inv = parse_inventory("clusters: [{name: a, root: /a, work_dir: /w}, {name: b, root: /b, work_dir: /w}]"
+    ...                       "\\nhosts: []")
     >>> r = request_for(inv, "cpu", 2, ["b"])
     >>> r.prefer, r.forbid
     (('b',), ('a',))
@@ -129,7 +130,8 @@ def plan_text(spec: LaunchSpec, placement: Placement, tarball: bytes) -> str:
     >>> from theseus.dispatch.inventory import Cluster, SshHost
     >>> host = SshHost(name="box", cluster="lab", chip="cpu", address="10.0.0.2", chips=4)
     >>> spec = LaunchSpec("k/x", "r", "", "/r", nonce="abcdef", revision="abc")
-    >>> print(plan_text(spec, Placement(host, Cluster(name="lab", root="/r", work_dir="/w"), 1, 2, 2), b"").splitlines()[0])
+    >>> print(plan_text(spec, Placement(host, Cluster(name="lab", root="/r", work_dir="/w"), 1, 2, 2),
+    ...                 b"").splitlines()[0])
     submit | k/x general.default.r nonce abcdef -> ssh host box (cluster lab): 1 node(s), 2 process(es) x 2 cpu
     """
     host, cluster = placement.host, placement.cluster

@@ -27,7 +27,7 @@ Nothing here runs them: ``--dry-run`` prints ``format_commands(commands)``.
 gcloud compute tpus tpu-vm create theseus-train-gpt-949e88-0 --zone=us-east5-a --project=my-proj --accelerator-type=v5p-16 --version=v2-alpha-tpuv5 --spot
 >>> [c[4] for c in commands]
 ['create', 'ssh', 'scp', 'ssh', 'delete']
-"""
+"""  # noqa: E501 - a doctest's expected output, printed on one line
 
 from __future__ import annotations
 
@@ -66,8 +66,10 @@ def tpu_commands(spec: LaunchSpec, placement: Placement, *, tarball: str, keep: 
         raise ValueError(f"slice {host.accelerator_type} has {host.workers} workers, the placement asks for "
                          f"{placement.processes} processes (one per worker)")
     if not cluster.work_dir.startswith("/"):
-        raise ValueError(f"TPU workers need an absolute work_dir, got {cluster.work_dir!r} in cluster {cluster.name!r}: "
-                         "the commands are written before any worker exists, so ~ cannot be resolved (try /tmp/theseus)")
+        raise ValueError(f"TPU workers need an absolute work_dir, got {cluster.work_dir!r} "
+                         f"in cluster {cluster.name!r}: "
+                         "the commands are written before any worker exists, so ~ cannot be resolved "
+                         "(try /tmp/theseus)")
     name = job_name(spec)
     where = [f"--zone={host.zone}", f"--project={host.project}"]
     remote = posixpath.join(cluster.work_dir, f"{spec.revision}.tar.gz")

@@ -151,7 +151,8 @@ def validate_manifest(manifest: dict[str, Any]) -> None:
 
     >>> try:
     ...     validate_manifest({"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "j"},
-    ...                        "spec": {"tasks": [{"name": "w", "replicas": "2", "template": {"spec": {"containers": []}}}]}})
+    ...                        "spec": {"tasks": [{"name": "w", "replicas": "2",
+    ...                                            "template": {"spec": {"containers": []}}}]}})
     ... except ManifestError as e:
     ...     print(e)
     Volcano Job manifest breaks the schema (theseus/dispatch/schemas/volcano-job.json):

@@ -112,7 +112,8 @@ def claims(store: Store, node: Node) -> list[str]:
         except CorruptSegment:
             raise
         except (FileNotFoundError, pl.exceptions.PolarsError, OSError) as e:
-            missing = isinstance(e, FileNotFoundError) or "no such file" in str(e).lower() or "not found" in str(e).lower()
+            missing = (isinstance(e, FileNotFoundError) or "no such file" in str(e).lower()
+                       or "not found" in str(e).lower())
             if not missing or attempt == _RETRIES - 1:
                 raise
             time.sleep(0.002 * attempt)

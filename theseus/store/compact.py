@@ -15,6 +15,7 @@ file (the second gives way).
 from __future__ import annotations
 
 import hashlib
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -39,11 +40,13 @@ def compact_run(index: Index, paths: list[str]) -> str | None:
             rootfs.check_inside(index.fs, index.path(), path)  # it is deleted below: never through a link
             rootfs.check_regular(index.fs, path)  # a FIFO or device would block the read or never end
             with index.fs.open(path, "rb") as f:
-                table = pq.read_table(f, page_checksum_verification=True)  # a flipped byte is refused, never republished
+                # a flipped byte is refused, never republished
+                table = pq.read_table(f, page_checksum_verification=True)
         except FileNotFoundError:
             continue  # retired by a concurrent compaction: its records live in the merged file
         except Exception as e:
-            raise CorruptSegment(f"cannot compact: corrupt or truncated segment {rootfs.url(index.fs, path)}: {e}") from e
+            raise CorruptSegment(f"cannot compact: corrupt or truncated segment "
+                                 f"{rootfs.url(index.fs, path)}: {e}") from e
         if KEYS_METADATA not in (table.schema.metadata or {}):
             raise CorruptSegment(f"cannot compact: {rootfs.url(index.fs, path)} has no theseus footer")
         tables.append(table.replace_schema_metadata(None).cast(SEGMENT_SCHEMA))

@@ -12,9 +12,9 @@ import polars as pl
 import pyarrow as pa
 
 from theseus.store import schema
-from theseus.store.node import Node, check_nonce, decode_id, normalize_name
 from theseus.store.fold import WRITTEN, node_ids
 from theseus.store.index import Index
+from theseus.store.node import Node, check_nonce, decode_id, normalize_name
 from theseus.store.scope import Scope
 from theseus.store.segments import CorruptSegment, retry_vanished, vanished
 from theseus.store.view import CorruptView
@@ -340,7 +340,8 @@ class Cursor:
         if ordered and by:  # a stable sort keeps ties in the default order (and lets Polars take a top-k)
             nodes = nodes.sort(by, descending=descending, nulls_last=True, maintain_order=True)
         elif not ordered:
-            nodes = nodes.sort([*by, "name", "nonce", "seq"], descending=[*descending, False, False, False], nulls_last=True)
+            nodes = nodes.sort([*by, "name", "nonce", "seq"], descending=[*descending, False, False, False],
+                               nulls_last=True)
         if self.limit_n is not None:
             nodes = nodes.head(self.limit_n)
         if select:
@@ -381,7 +382,8 @@ def _dicts(columns: dict[str, list]) -> list[dict[str, Any]]:
 def _compare(col: pl.Expr, op: str, value: Any) -> pl.Expr:
     if op == "in":
         return col.is_in(list(value))
-    return {"==": col.__eq__, "!=": col.__ne__, "<": col.__lt__, "<=": col.__le__, ">": col.__gt__, ">=": col.__ge__}[op](value)
+    return {"==": col.__eq__, "!=": col.__ne__, "<": col.__lt__, "<=": col.__le__, ">": col.__gt__,
+            ">=": col.__ge__}[op](value)
 
 
 def _check_where_type(key: str, kind: str, op: str, value: Any) -> None:

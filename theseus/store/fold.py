@@ -21,7 +21,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from theseus.store import fs as rootfs
-from theseus.store.segments import SMALL_SEGMENT_ROWS, Block, CorruptSegment, Footer, index_of, read_columns, sort_records
+from theseus.store.segments import (
+    SMALL_SEGMENT_ROWS,
+    Block,
+    CorruptSegment,
+    Footer,
+    index_of,
+    read_columns,
+    sort_records,
+)
 
 DTYPES = {"float": pl.Float64, "int": pl.Int64, "bool": pl.Boolean, "str": pl.String}
 ARROW = {"float": pa.float64(), "int": pa.int64(), "bool": pa.bool_(), "str": pa.string()}
@@ -123,7 +131,8 @@ def python_values(values: pa.Array) -> list:
     return values.to_pylist()
 
 
-def _fold_segments(fs, segments, keys, rows, parent, written, latest) -> tuple[list[_Segment], dict, np.ndarray, dict[str, pa.Array]]:
+def _fold_segments(fs, segments, keys, rows, parent, written,
+                   latest) -> tuple[list[_Segment], dict, np.ndarray, dict[str, pa.Array]]:
     """Read what a fold needs from ``segments`` and fold each key: ``(segments read, blocks
     by key, seqs of the nodes, {key: its values at those seqs})``."""
     data = [_Segment(fs, path, footer) for path, footer in segments]
@@ -180,7 +189,8 @@ class _Segment:
             self.footer = Footer(found, blocks, tuple(index["stamps"] or (0, 0)), self.table.num_rows, footer.meta)
             self.starts = np.array([0, self.table.num_rows])
         else:
-            sizes = [footer.meta.row_group(i).num_rows for i in range(footer.meta.num_row_groups)] if footer.meta else [footer.rows]
+            sizes = ([footer.meta.row_group(i).num_rows for i in range(footer.meta.num_row_groups)]
+                     if footer.meta else [footer.rows])
             self.starts = np.concatenate([[0], np.cumsum(sizes)])
 
     def need(self, block: Block | None, columns: tuple[str, ...]) -> None:
@@ -240,7 +250,8 @@ def _values(seg: _Segment, block: Block, kind: str) -> pa.Array:
         return seg.column(kind, block)
     parts = [seg.column(c, block) for c in block.columns]
     # Polars' casts, as the view uses (a float 2.0 reads "2.0" as str either way)
-    parts = [p if p.type == ARROW[kind] else pl.Series(p).cast(DTYPES[kind]).to_arrow().cast(ARROW[kind]) for p in parts]
+    parts = [p if p.type == ARROW[kind] else pl.Series(p).cast(DTYPES[kind]).to_arrow().cast(ARROW[kind])
+             for p in parts]
     if not parts:
         return pa.nulls(block.stop - block.start, ARROW[kind])
     return parts[0] if len(parts) == 1 else pc.coalesce(*parts)

@@ -76,7 +76,8 @@ def url(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return fs.unstrip_protocol(path)
 
 
-def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes | memoryview | pa.Buffer, exclusive: bool = False) -> None:
+def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes | memoryview | pa.Buffer,
+            exclusive: bool = False) -> None:
     """Make ``data`` (any bytes-like object) visible at ``path`` whole or not at all.
 
     With ``exclusive``, a ``path`` that already exists is a FileExistsError and is left

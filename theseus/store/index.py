@@ -14,7 +14,15 @@ import fsspec
 from loguru import logger
 
 from theseus.store import fs as rootfs
-from theseus.store.segments import CorruptSegment, FooterCache, Listings, RecordedListings, list_runs, list_segments, recorded_runs
+from theseus.store.segments import (
+    CorruptSegment,
+    FooterCache,
+    Listings,
+    RecordedListings,
+    list_runs,
+    list_segments,
+    recorded_runs,
+)
 from theseus.store.view import View, list_views, read_view
 
 
@@ -82,7 +90,8 @@ class Index:
         """
         return list_runs(self.fs, self.root, name, nonce, self.listings)
 
-    def recorded_runs(self, view: View | None, name: str = "*", nonce: str = "*") -> dict[tuple[str, str], list[str]] | None:
+    def recorded_runs(self, view: View | None, name: str = "*",
+                      nonce: str = "*") -> dict[tuple[str, str], list[str]] | None:
         """:meth:`runs`, answered from the view's record of the log folders when their ctimes
         prove it still holds (None: list them).
 

@@ -59,7 +59,8 @@ def value_expr(kind: str) -> pl.Expr:
         return pl.coalesce(pl.col("float"), pl.col("int").cast(pl.Float64))
     if kind == "str":
         return pl.coalesce(
-            pl.col("str"), pl.col("float").cast(pl.String), pl.col("int").cast(pl.String), pl.col("bool").cast(pl.String)
+            pl.col("str"), pl.col("float").cast(pl.String), pl.col("int").cast(pl.String),
+            pl.col("bool").cast(pl.String)
         )
     return pl.col(kind)
 
@@ -67,7 +68,8 @@ def value_expr(kind: str) -> pl.Expr:
 def latest_value(key: str, kind: str) -> pl.Expr:
     """Inside a ``group_by``: the group's latest value of ``key`` (by write stamp, then writer id)."""
     mine = pl.col("key") == key
-    return value_expr(kind).filter(mine).sort_by(pl.col("stamp").filter(mine), pl.col("writer").filter(mine)).last().alias(key)
+    return value_expr(kind).filter(mine).sort_by(pl.col("stamp").filter(mine),
+                                                 pl.col("writer").filter(mine)).last().alias(key)
 
 
 def latest_records(frame: pl.LazyFrame) -> pl.LazyFrame:

@@ -175,7 +175,8 @@ class Scope:
     def _fold(self, run, paths, keys, rows, parent, written, run_keys) -> tuple[pl.DataFrame, dict]:
         """The run's fold from the log (seq first, no name or nonce columns) and its latest records."""
         footers = self.index.footers.footers(paths)
-        folded = fold_run(self.index.fs, list(zip(paths, footers)), keys, rows, parent=parent, written=written, latest=run_keys)
+        folded = fold_run(self.index.fs, list(zip(paths, footers)), keys, rows, parent=parent, written=written,
+                          latest=run_keys)
         return folded.frame, folded.latest
 
     def _view_with_newer(self, run, number, keys, rows, parent, written, run_keys) -> tuple[pl.DataFrame, dict]:

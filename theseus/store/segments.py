@@ -97,14 +97,16 @@ def encode(table: pa.Table, keys: dict[str, str], index: dict, codec: str = "zst
     (a live writer's flush: faster on the node ids' dictionary, a little larger).
     """
     # a codec's setup costs more than it saves on a small live segment; float values hardly compress
-    compression = {c: codec if table.num_rows >= SMALL_SEGMENT_ROWS and c != "float" else "none" for c in table.column_names}
+    compression = {c: codec if table.num_rows >= SMALL_SEGMENT_ROWS and c != "float" else "none"
+                   for c in table.column_names}
     # in a large segment, a column every record fills is written as required: readers see the
     # same values and types (Polars, pandas and theseus ignore the flag), and the writer skips a
     # definition level per row; a commit's one-row
     # segment would only pay for the new schema
     schema = table.schema.remove_metadata()
     if table.num_rows >= SMALL_SEGMENT_ROWS:
-        schema = pa.schema([f.with_nullable(False) if f.name in _REQUIRED and table.column(f.name).null_count == 0 else f
+        schema = pa.schema([f.with_nullable(False)
+                            if f.name in _REQUIRED and table.column(f.name).null_count == 0 else f
                             for f in schema])
         table = pa.Table.from_arrays(table.columns, schema=schema)
     sink = pa.BufferOutputStream()  # grows without the copies io.BytesIO makes
@@ -127,7 +129,8 @@ def encode(table: pa.Table, keys: dict[str, str], index: dict, codec: str = "zst
 
 def sort_records(table: pa.Table) -> pa.Table:
     """Records ordered as a segment stores them: by key, then seq, stamp and writer."""
-    order = pc.sort_indices(table, [("key", "ascending"), ("seq", "ascending"), ("stamp", "ascending"), ("writer", "ascending")])
+    order = pc.sort_indices(table, [("key", "ascending"), ("seq", "ascending"), ("stamp", "ascending"),
+                                    ("writer", "ascending")])
     return table.take(order)
 
 
@@ -138,7 +141,7 @@ def index_of(table: pa.Table) -> tuple[dict[str, str], dict]:
     ...               "int": [None, None, 3], "bool": pa.nulls(3, pa.bool_()), "str": pa.nulls(3, pa.string())})
     >>> index_of(t)
     ({'a': 'float', 'b': 'int'}, {'stamps': [5, 7], 'blocks': {'a': [0, 2, 0, 1, 2, ['float']], 'b': [2, 3, 0, 0, 1, ['int']]}})
-    """
+    """  # noqa: E501 - a doctest's expected output, printed on one line
     keys: dict[str, str] = {}
     blocks = {}
     if table.num_rows:
@@ -364,7 +367,8 @@ def record_listings(listings: Listings, root: str, runs: dict[tuple[str, str], l
 
 
 def recorded_runs(listings: Listings, root: str, record: dict | None, runs: list[tuple[str, str]],
-                  segments: list[list[str]], name: str = "*", nonce: str = "*") -> dict[tuple[str, str], list[str]] | None:
+                  segments: list[list[str]], name: str = "*",
+                  nonce: str = "*") -> dict[tuple[str, str], list[str]] | None:
     """What :func:`list_runs` returns for ``name``/``nonce``, taken from a view's record of the
     log folders (:func:`record_listings`; ``runs`` and ``segments``: the view's runs by number
     and their segment file names) when one stat per folder proves the record still holds: the
@@ -387,7 +391,8 @@ def recorded_runs(listings: Listings, root: str, record: dict | None, runs: list
         for number, (run_name, run_nonce) in enumerate(runs):
             if run_name != last:  # runs are sorted by name: each name's folder is stat'ed once
                 last, wanted = run_name, every_name or fnmatch.fnmatchcase(run_name, name)
-                if wanted and (names.get(run_name) is None or stat(f"{log}/name={run_name}").st_ctime_ns != names[run_name]):
+                if wanted and (names.get(run_name) is None
+                               or stat(f"{log}/name={run_name}").st_ctime_ns != names[run_name]):
                     return None  # a nonce was added or removed under this name
             if not wanted or not (every_nonce or fnmatch.fnmatchcase(run_nonce, nonce)):
                 continue
@@ -578,7 +583,7 @@ def parse_footer(meta: pq.FileMetaData, url: str) -> Footer:
     Traceback (most recent call last):
     ...
     theseus.store.segments.CorruptSegment: segment s.parquet has a bad theseus footer: key 'a': rows 0:1000000000000 outside the file's 1 rows
-    """
+    """  # noqa: E501 - a doctest's expected output, printed on one line
     kv = meta.metadata or {}
     raw = kv.get(KEYS_METADATA)
     if raw is None:
@@ -610,12 +615,13 @@ def _check_footer(meta: pq.FileMetaData, keys, index) -> tuple[dict[str, Block] 
     for key, b in index["blocks"].items():
         if not (isinstance(b, list) and len(b) == 6 and all(type(x) is int for x in b[:5]) and isinstance(b[5], list)
                 and all(c in TYPES for c in b[5])):
-            raise ValueError(f"key {key!r}: block {str(b)[:80]} is not [start, stop, seq_min, seq_max, distinct, [columns]]")
+            raise ValueError(f"key {key!r}: block {str(b)[:80]} "
+                             "is not [start, stop, seq_min, seq_max, distinct, [columns]]")
         block = Block(*b[:5], tuple(b[5]))
         if not 0 <= block.start < block.stop <= rows:
             raise ValueError(f"key {key!r}: rows {block.start}:{block.stop} outside the file's {rows} rows")
-        if not 0 <= block.seq_min <= block.seq_max or not 1 <= block.distinct <= min(block.stop - block.start,
-                                                                                       block.seq_max - block.seq_min + 1):
+        if (not 0 <= block.seq_min <= block.seq_max
+                or not 1 <= block.distinct <= min(block.stop - block.start, block.seq_max - block.seq_min + 1)):
             raise ValueError(f"key {key!r}: seqs {block.seq_min}..{block.seq_max} with {block.distinct} distinct "
                              f"in {block.stop - block.start} rows")
         if key in keys and block.columns and _merged(block.columns) != keys[key]:
@@ -631,7 +637,8 @@ def _check_footer(meta: pq.FileMetaData, keys, index) -> tuple[dict[str, Block] 
     stamps = index["stamps"]
     if rows == 0 and stamps is None:
         return blocks, None
-    if not (isinstance(stamps, list) and len(stamps) == 2 and all(type(x) is int for x in stamps) and stamps[0] <= stamps[1]):
+    if not (isinstance(stamps, list) and len(stamps) == 2 and all(type(x) is int for x in stamps)
+            and stamps[0] <= stamps[1]):
         raise ValueError(f"stamps {str(stamps)[:80]} are not [min, max]")
     return blocks, (stamps[0], stamps[1])
 
@@ -694,7 +701,8 @@ def check_segment(fs: fsspec.AbstractFileSystem, path: str) -> pa.Table:
         rows = table.slice(block.start, block.stop - block.start).select(["seq", "stamp", "writer"])
         if blocks.get(key) != block or not _ascending(rows):
             raise CorruptSegment(f"segment {url} has a bad theseus footer: its index says {block} for key {key!r}, "
-                                 f"but the rows are {blocks.get(key)}" + ("" if blocks.get(key) != block else " out of order"))
+                                 f"but the rows are {blocks.get(key)}"
+                                 + ("" if blocks.get(key) != block else " out of order"))
     if len(blocks) != len(footer.blocks) or found != footer.keys or stamps != footer.stamps:
         raise CorruptSegment(f"segment {url} has a bad theseus footer: its keys or stamps differ from its rows'")
     return table

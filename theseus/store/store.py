@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 import polars as pl
+
 from theseus.store import fs as rootfs
 from theseus.store import layout, schema
 from theseus.store.compact import compact
@@ -120,7 +121,8 @@ class Store:
             pl.col("seq").max().alias("last seq"),
             pl.col("stamp").max().alias(WRITTEN),
         ]
-        aggs += [latest_value(key, types[key]) for key in [schema.STATUS, schema.FINISHED, schema.JOB, *metrics] if key in types]
+        aggs += [latest_value(key, types[key]) for key in [schema.STATUS, schema.FINISHED, schema.JOB, *metrics]
+                 if key in types]
         return log.group_by("name", "nonce").agg(aggs).sort(WRITTEN).collect()
 
     def compact(self, name: str = "*", nonce: str = "*") -> dict[str, int]:

@@ -38,7 +38,7 @@ def checkpoint_path(path: object) -> str:
     Traceback (most recent call last):
     ...
     ValueError: checkpoint path 'objects/../../outside_ckpt' is not a plain path inside the root (no '..', '.', absolute path or URL); not followed
-    """
+    """  # noqa: E501 - a doctest's expected output, printed on one line
     parts = path.split("/") if isinstance(path, str) else []
     if not parts or path.startswith("/") or "://" in path or "\\" in path or any(p in ("", ".", "..") for p in parts):
         raise ValueError(f"checkpoint path {path!r} is not a plain path inside the root "
@@ -77,7 +77,7 @@ def plain_config(text: str, where: str) -> Any:
     Traceback (most recent call last):
     ...
     ValueError: config of node x is not plain data: dataset = '${oc.env:HOME}' calls a resolver (only references to other keys are allowed)
-    """
+    """  # noqa: E501 - a doctest's expected output, printed on one line
     try:
         for token in yaml.scan(text, Loader=_LOADER):
             if isinstance(token, yaml.TagToken):

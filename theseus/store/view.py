@@ -44,7 +44,6 @@ from theseus.store.layout import VIEW
 from theseus.store.segments import CorruptSegment
 
 
-
 class RootFolder(Protocol):
     """What the view files need of a root (a Store or its Index): its filesystem and its paths."""
 
@@ -162,7 +161,8 @@ def read_view(root: RootFolder, path: str) -> View:
     try:
         rootfs.check_regular(root.fs, path)  # a FIFO or device named like a view would block or never end
         if rootfs.is_local(root.fs):
-            file = pq.ParquetFile(path, page_checksum_verification=True)  # kept open: queries read row groups through it
+            # kept open: queries read row groups through it
+            file = pq.ParquetFile(path, page_checksum_verification=True)
             meta = file.metadata
         else:
             file = None
@@ -172,10 +172,13 @@ def read_view(root: RootFolder, path: str) -> View:
         runs = raw["runs"]
         names = list(zip(runs["name"], runs["nonce"]))
         listing = raw.get("listing")
-        if listing is not None and not (isinstance(listing, dict) and "log" in listing and isinstance(listing.get("names"), dict)
-                                        and isinstance(listing.get("runs"), list) and len(listing["runs"]) == len(names)):
+        if listing is not None and not (isinstance(listing, dict) and "log" in listing
+                                        and isinstance(listing.get("names"), dict)
+                                        and isinstance(listing.get("runs"), list)
+                                        and len(listing["runs"]) == len(names)):
             raise ValueError("its record of the log folders is malformed")
-        columns = [("name", "str"), ("nonce", "str"), ("seq", "int"), ("parent", "str"), (WRITTEN, "int"), *raw["types"].items()]
+        columns = [("name", "str"), ("nonce", "str"), ("seq", "int"), ("parent", "str"), (WRITTEN, "int"),
+                   *raw["types"].items()]
         stored = meta.schema.to_arrow_schema()
         if [(f.name, f.type) for f in stored] != [(c, ARROW[t]) for c, t in columns] + [(RUN, pa.int32())]:
             raise ValueError(f"its columns ({', '.join(stored.names)[:200]}) are not those its record describes")
@@ -207,7 +210,8 @@ def read_view(root: RootFolder, path: str) -> View:
         ) from e
 
 
-def scan_view(root: RootFolder, view: View, numbers: list[int] | None = None, columns: list[str] | None = None) -> pl.LazyFrame:
+def scan_view(root: RootFolder, view: View, numbers: list[int] | None = None,
+              columns: list[str] | None = None) -> pl.LazyFrame:
     """A lazy frame over the view's rows of runs ``numbers`` (None: all).
 
     A few runs are read by row group straight from the file with the cached footer

@@ -21,8 +21,21 @@ from theseus.store import fs as rootfs
 from theseus.store.fold import fold_run, node_ids, with_identity
 from theseus.store.index import Index
 from theseus.store.segments import CorruptSegment, record_listings, union_keys
-from theseus.store.view import (REJECTED, ROW_GROUP, RUN, RUN_KEYS, VIEW, VIEW_DIGEST, VIEW_METADATA, CorruptView, is_view,
-                                read_view, view_columns, view_name, view_names)
+from theseus.store.view import (
+    REJECTED,
+    ROW_GROUP,
+    RUN,
+    RUN_KEYS,
+    VIEW,
+    VIEW_DIGEST,
+    VIEW_METADATA,
+    CorruptView,
+    is_view,
+    read_view,
+    view_columns,
+    view_name,
+    view_names,
+)
 
 
 def refresh_view(index: Index) -> None:
@@ -58,17 +71,20 @@ def build_view(index: Index) -> str | None:
     ({'loss': 'float'}, [('general.default.doc', '...')], [0, 1])
     """
     stamp = time.time_ns()
-    rootfs.check_inside(index.fs, index.path(), index.path(VIEW))  # views are written and deleted there: never through a link
+    # views are written and deleted there: never through a link
+    rootfs.check_inside(index.fs, index.path(), index.path(VIEW))
     runs = index.runs()
     if not runs:
         return None
     footers = {run: index.footers.footers(paths) for run, paths in runs.items()}
     types = union_keys(f.keys for fs in footers.values() for f in fs)
     signatures: dict[str, int] = {}
-    run_table = {"name": [], "nonce": [], "start": [0], "segments": [], "stamp": [], "keys": [], **{k: [] for k in RUN_KEYS}}
+    run_table = {"name": [], "nonce": [], "start": [0], "segments": [], "stamp": [], "keys": [],
+                 **{k: [] for k in RUN_KEYS}}
     frames = []
     for number, ((name, nonce), paths) in enumerate(runs.items()):
-        folded = fold_run(index.fs, list(zip(paths, footers[(name, nonce)])), types, parent=True, written=True, latest=RUN_KEYS)
+        folded = fold_run(index.fs, list(zip(paths, footers[(name, nonce)])), types, parent=True, written=True,
+                          latest=RUN_KEYS)
         n = folded.frame.height
         frames.append(with_identity(folded.frame, name, nonce).with_columns(pl.lit(number, pl.Int32).alias(RUN)))
         signature = json.dumps(union_keys(f.keys for f in footers[(name, nonce)]), sort_keys=True)
@@ -87,7 +103,8 @@ def build_view(index: Index) -> str | None:
     usual = pl.when(pl.col("seq") > 0).then(node_ids(pl.col("name"), pl.col("nonce"), pl.col("seq") - 1))
     frame = frame.with_columns(
         pl.when(pl.col("parent").eq_missing(usual)).then(None).otherwise(pl.col("parent").fill_null("")).alias("parent"))
-    meta = {"version": 2, "types": types, "runs": run_table, "signatures": [json.loads(s) for s in signatures], "listing": listing}
+    meta = {"version": 2, "types": types, "runs": run_table, "signatures": [json.loads(s) for s in signatures],
+            "listing": listing}
     table = frame.to_arrow()
     sink = io.BytesIO()
     # no Arrow schema in the footer (it would repeat the metadata), statistics where they prune
@@ -95,10 +112,12 @@ def build_view(index: Index) -> str | None:
     compression = {f.name: "none" if f.type == pa.float64() else "zstd" for f in table.schema}
     # every page carries a CRC: a flipped byte is found (audit, row-group reads), never served as a value
     with pq.ParquetWriter(sink, table.schema, compression=compression, store_schema=False, write_page_checksum=True,
-                          write_statistics=["name", "nonce", "seq", RUN, *[k for k, t in types.items() if t != "str"]]) as w:
+                          write_statistics=["name", "nonce", "seq", RUN,
+                                            *[k for k, t in types.items() if t != "str"]]) as w:
         w.write_table(table, row_group_size=ROW_GROUP)
         text = json.dumps(meta, separators=(",", ":"))
-        w.add_key_value_metadata({VIEW_METADATA.decode(): text, VIEW_DIGEST.decode(): hashlib.sha256(text.encode()).hexdigest()})
+        w.add_key_value_metadata({VIEW_METADATA.decode(): text,
+                                  VIEW_DIGEST.decode(): hashlib.sha256(text.encode()).hexdigest()})
     path = index.path(VIEW, view_name(stamp, secrets.token_hex(4)))
     rootfs.publish(index.fs, path, sink.getvalue())
     names = view_names(index)
@@ -151,7 +170,8 @@ def check_view(index: Index, path: str, runs: dict[tuple[str, str], list[str]], 
             continue  # the log changed since the view was built: readers fold this run from the log
         try:
             footers = index.footers.footers(paths)
-            folded = fold_run(index.fs, list(zip(paths, footers)), view.types, parent=True, written=True, latest=RUN_KEYS)
+            folded = fold_run(index.fs, list(zip(paths, footers)), view.types, parent=True, written=True,
+                              latest=RUN_KEYS)
         except (CorruptSegment, FileNotFoundError):
             continue  # the segment's own problem (audit reports it), or retired by a compaction since
         rows = frame.slice(view.starts[number], view.starts[number + 1] - view.starts[number])

@@ -191,7 +191,8 @@ class Writer:
                     # each append is atomic; the shape goes last, as a flush counts records by shapes
                     self._values.extend(new_values)
                     # (_entry inlined: this runs once per training step)
-                    if node._parent is _PREVIOUS and node._nonce is self._chain_nonce and node._name is self._chain_name:
+                    if (node._parent is _PREVIOUS and node._nonce is self._chain_nonce
+                            and node._name is self._chain_name):
                         self._nodes.append(node._seq)
                     else:
                         self._nodes.append(node)
@@ -428,7 +429,8 @@ class Writer:
                             raise conflicts[name, nonce]
                         table, keys, index = build_segment(run_records, name, nonce, self.id)
                         self._counter += 1  # before publishing: a retried flush never reuses a name
-                        path = f"{run_dir(root, name, nonce)}/{segment_name(int(run_records.stamps[-1]), self.id, self._counter)}"
+                        path = (f"{run_dir(root, name, nonce)}/"
+                                f"{segment_name(int(run_records.stamps[-1]), self.id, self._counter)}")
                         rootfs.publish(fs, path, encode(table, keys, index, codec="lz4"))
                         self._published_now(keys)
                     except Exception as e:
@@ -610,7 +612,8 @@ def build_segment(records: Records, name: str, nonce: str, writer: str) -> tuple
     return table, keys, {**index, "blocks": blocks}
 
 
-def _float_table(shape: Shape, records: Records, ids: pa.Array, parents: pa.Array, writer: str) -> tuple[pa.Table, dict]:
+def _float_table(shape: Shape, records: Records, ids: pa.Array, parents: pa.Array,
+                 writer: str) -> tuple[pa.Table, dict]:
     """:func:`build_segment`'s table and blocks for the usual flush: one shape of float keys, seqs in order.
 
     Each column has one chunk per key (that key's block). The node, seq, parent, stamp
@@ -626,7 +629,8 @@ def _float_table(shape: Shape, records: Records, ids: pa.Array, parents: pa.Arra
     seqs = records.seqs
     n, width = len(seqs), len(shape.keys)
     distinct = int(np.count_nonzero(seqs[1:] != seqs[:-1])) + 1
-    blocks = {key: [i * n, (i + 1) * n, int(seqs[0]), int(seqs[-1]), distinct, ["float"]] for i, key in enumerate(shape.keys)}
+    blocks = {key: [i * n, (i + 1) * n, int(seqs[0]), int(seqs[-1]), distinct, ["float"]]
+              for i, key in enumerate(shape.keys)}
     per_record = [ids, pa.array(seqs), parents, pa.array(records.stamps),
                   _writer_column(n, writer)]
     names = pa.array(list(shape.keys))
@@ -634,7 +638,8 @@ def _float_table(shape: Shape, records: Records, ids: pa.Array, parents: pa.Arra
     floats = [pa.array(column) for column in _float_matrix(records.values, width).T.copy()]
     nulls = [pa.chunked_array([pa.nulls(n, ARROW[kind])] * width) for kind in ARROW if kind != "float"]
     table = pa.Table.from_arrays(
-        [*(pa.chunked_array([column] * width) for column in per_record), pa.chunked_array(keys), pa.chunked_array(floats), *nulls],
+        [*(pa.chunked_array([column] * width) for column in per_record), pa.chunked_array(keys),
+         pa.chunked_array(floats), *nulls],
         names=list(schema.SEGMENT_SCHEMA.names),
     )
     return table, blocks
@@ -660,7 +665,8 @@ def _float_matrix(values: list, width: int) -> np.ndarray:
     return np.frombuffer(struct.pack(f"{len(values)}d", *values), np.float64).reshape(-1, width)
 
 
-def _blocks(groups: list[tuple[Shape, np.ndarray]], records: Records, seqs: np.ndarray) -> tuple[np.ndarray, dict, dict, dict]:
+def _blocks(groups: list[tuple[Shape, np.ndarray]], records: Records,
+            seqs: np.ndarray) -> tuple[np.ndarray, dict, dict, dict]:
     """Key-major rows of records grouped by shape: ``(rows, {type: [column chunks]}, keys, blocks)``.
 
     ``rows`` gives the record of each row; each key's rows are ordered by seq, then write order.
@@ -668,7 +674,8 @@ def _blocks(groups: list[tuple[Shape, np.ndarray]], records: Records, seqs: np.n
     chunks: dict[str, list[tuple[np.ndarray, str, pa.Array]]] = {}
     starts = None if len(groups) == 1 else records.starts()
     for shape, where in groups:
-        for key, kind, column in zip(shape.keys, shape.kinds, _columns(shape, records.values, None if starts is None else starts[where])):
+        for key, kind, column in zip(shape.keys, shape.kinds,
+                                     _columns(shape, records.values, None if starts is None else starts[where])):
             chunks.setdefault(key, []).append((where, kind, column))
 
     rows_of, columns = [], {t: [] for t in ARROW}

@@ -7,9 +7,8 @@ from typing import Any
 
 from theseus import config as configs
 from theseus.jobs import Job, _NullWriter, job
-from theseus.store import EmptyResult, Node
+from theseus.store import EmptyResult, Node, layout, schema, trust
 from theseus.store import fs as rootfs
-from theseus.store import layout, schema, trust
 from theseus.train.config import PretrainConfig
 
 
@@ -143,7 +142,8 @@ class Pretrain(Job):
                 self.writer = w
                 try:
                     if not self._ran and not self._ticked:  # a created job ticked before it ran: its lineage
-                        w.job(self.node, self.key, configs.to_yaml(self.config))  # starts with the job record, as in job()
+                        # starts with the job record, as in job()
+                        w.job(self.node, self.key, configs.to_yaml(self.config))
                     self._ticked = True
                     self.trainer.tick()
                     self.trainer.wait()

@@ -53,8 +53,8 @@ from theseus.model.layers.mlp import MLP
 from theseus.train import autobatch, mfu
 from theseus.train import checkpoint as ckpt
 from theseus.train.config import gpt_config, load_config, to_yaml
-from theseus.train.optimizer import make_optimizer, wsd_schedule
 from theseus.train.manifest import write_atomic
+from theseus.train.optimizer import make_optimizer, wsd_schedule
 from theseus.train.progress import TrainProgress
 from theseus.train.sharding import DATA, ShardConfig, data_sharding, describe, make_mesh, state_shardings
 from theseus.train.step import BATCH_KEYS, init_state, make_eval_step, make_train_step
@@ -719,7 +719,8 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
 
     def _sidecars(self, step: int) -> dict[str, bytes | str]:
-        out: dict[str, bytes | str] = {RNG_FILE: key_to_json(self.base_key, self.seed), CONFIG_FILE: to_yaml(self.config)}
+        out: dict[str, bytes | str] = {RNG_FILE: key_to_json(self.base_key, self.seed),
+                                       CONFIG_FILE: to_yaml(self.config)}
         extra = self.sidecars(step) if callable(self.sidecars) else (self.sidecars or {})
         for name, data in extra.items():
             out[name] = data

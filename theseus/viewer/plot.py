@@ -79,7 +79,8 @@ def plot(store: Store | str, nonces: Sequence[str], keys: Sequence[str], x: str 
     >>> with store.writer() as w:
     ...     for n in (a, b):
     ...         w.write(n, {"train/loss": 2.0}); w.write(n.next(), {"train/loss": 1.0})
-    >>> [l.get_label() for l in plot(store, [a.nonce, b.nonce], ["train/loss"]).axes[0].get_lines()]  # doctest: +ELLIPSIS
+    >>> [l.get_label() for l in plot(store, [a.nonce, b.nonce],
+    ...                              ["train/loss"]).axes[0].get_lines()]  # doctest: +ELLIPSIS
     ['a:... train/loss', 'b:... train/loss']
     """
     store = store if isinstance(store, Store) else Store(store)
