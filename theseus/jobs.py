@@ -74,17 +74,17 @@ import os
 import re
 import traceback
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from loguru import logger
 from omegaconf import DictConfig, OmegaConf
 
 from theseus import config as configs
+from theseus.store import Store
+from theseus.store import fs as rootfs
+from theseus.store.claim import claim
 from theseus.store.layout import CONFIG_FILE, JOB_FILE
 from theseus.store.node import Node
-
-if TYPE_CHECKING:
-    from theseus.store import Store
 
 __all__ = ["JOB_MODULES", "Job", "UnknownJobError", "get_job", "job", "registry"]
 
@@ -206,7 +206,6 @@ def _close_keys(key: str, keys: list[str], n: int = 3) -> list[str]:
 
 
 def _as_store(store: Store | str | os.PathLike) -> Store:
-    from theseus.store import Store
 
     return store if isinstance(store, Store) else Store(os.fspath(store))
 
@@ -411,7 +410,6 @@ class Job:
         []
         """
         if not self._claimed and self.primary and self.base is not None and self.node.nonce == self.base.nonce:
-            from theseus.store.claim import claim
 
             claim(self.store, writer, self.node)
         self._claimed = True
@@ -437,7 +435,6 @@ class Job:
         >>> sorted(os.listdir(job.save()))
         ['config.yaml', 'job.json']
         """
-        from theseus.store import fs as rootfs
 
         folder = self.store.objects(self.node)
         if not self.primary:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -655,7 +656,6 @@ def _keep(fs, base: str, name: str, nonce: str, rel: str) -> str | None:
 def _remove(fs, base: str, folder: str) -> None:
     rootfs.check_inside(fs, base, folder)  # never delete through a link: it may point outside the root
     if rootfs.is_local(fs):
-        import shutil
 
         shutil.rmtree(folder)
     else:

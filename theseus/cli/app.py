@@ -20,12 +20,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from theseus import logs
 from theseus.cli import audit as audit_commands
 from theseus.cli import dispatch as dispatch_commands
 from theseus.cli import plot as plot_commands
 from theseus.cli import replay as replay_commands
 from theseus.cli import store as store_commands
 from theseus.cli.errors import ROOT_ERRORS, fail, message
+from theseus.config import apply_overrides
+from theseus.jobs import registry
+from theseus.quick import quick
 
 app = typer.Typer(
     name="theseus",
@@ -58,7 +62,6 @@ def jobs(prefix: Annotated[str, typer.Argument(help="Only jobs whose key starts 
     >>> "Description" in CliRunner().invoke(app, ["jobs"]).output
     True
     """
-    from theseus.jobs import registry
 
     found = registry(prefix)
     if not found:
@@ -86,9 +89,6 @@ def run(
     >>> CliRunner().invoke(app, ["run", "data/tokenize/nope", "r", "/tmp/nowhere"]).exit_code
     2
     """
-    from theseus import logs
-    from theseus.config import apply_overrides
-    from theseus.quick import quick
 
     logs.setup(log_level)
     try:

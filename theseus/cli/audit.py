@@ -24,6 +24,7 @@ from rich.markup import escape
 
 from theseus.audit import AuditReport, CheckpointAudit, RunAudit, audit, flatten, gc
 from theseus.cli.errors import fail, reported
+from theseus.store.node import decode_id
 
 _SHOWN_GAPS = 4
 _SHOWN_CHANGES = 12
@@ -67,7 +68,6 @@ def _gaps(run: RunAudit) -> str:
 
 def _node(node_id: str | None) -> str:
     """``name:nonce seq k`` of a node id (the id itself when it is not a node id)."""
-    from theseus.store.node import decode_id
 
     if node_id is None:
         return "-"
@@ -79,7 +79,6 @@ def _node(node_id: str | None) -> str:
 
 
 def _against(ckpt: CheckpointAudit, run: RunAudit) -> str:
-    from theseus.store.node import decode_id
 
     _, nonce, seq = decode_id(ckpt.against)
     return f"seq {seq}" if nonce == run.nonce else _node(ckpt.against)

@@ -27,6 +27,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from theseus.cli.errors import BAD_INPUT, fail
+from theseus.dispatch.inventory import load_inventory
+from theseus.dispatch.local import launch_local
+from theseus.dispatch.logs import find_logs
+from theseus.dispatch.solver import solve
+from theseus.dispatch.submit import request_for
+from theseus.dispatch.submit import submit as submit_spec
+from theseus.quick import build_spec
 
 
 def _say(message: str) -> None:
@@ -57,8 +64,6 @@ def launch(
     >>> result.exit_code, "per_device_batch_size=-1" in result.output
     (2, True)
     """
-    from theseus.dispatch.local import launch_local
-    from theseus.quick import build_spec
 
     if resume and branch:
         fail("--resume and --branch exclude each other: continue a run, or start a branch of it", 2)
@@ -108,11 +113,6 @@ def submit(
     >>> CliRunner().invoke(app, ["submit", "gpt/train/pretrain", "r", "--inventory", "/nonexistent.yaml"]).exit_code
     2
     """
-    from theseus.dispatch.inventory import load_inventory
-    from theseus.dispatch.solver import solve
-    from theseus.dispatch.submit import request_for
-    from theseus.dispatch.submit import submit as submit_spec
-    from theseus.quick import build_spec
 
     if resume and branch:
         fail("--resume and --branch exclude each other: continue a run, or start a branch of it", 2)
@@ -148,7 +148,6 @@ def logs(
     >>> CliRunner().invoke(app, ["logs", tempfile.mkdtemp(), "abcdef"]).exit_code
     2
     """
-    from theseus.dispatch.logs import find_logs
 
     try:
         found = find_logs(root, nonce, process)

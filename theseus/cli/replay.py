@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from theseus import logs
 from theseus.cli.errors import fail
 
 
@@ -44,7 +45,7 @@ def verify(
     >>> CliRunner().invoke(app, ["verify", "/tmp/nowhere", "bad-id"]).exit_code
     2
     """
-    from theseus import logs
+    # lazily: replay loads JAX, which the other commands never need
     from theseus.replay.verify import verify as run_verify
     from theseus.store import EmptyResult
 

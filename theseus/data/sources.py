@@ -15,6 +15,7 @@ import random
 from typing import Iterator, Sequence
 
 import fsspec
+import pyarrow.parquet as pq
 
 TEXT_EXTENSIONS = (".txt", ".jsonl", ".parquet")
 FINEWEB_COLUMNS = ("text", "id", "dump", "url", "date", "file_path", "language", "language_score", "token_count")
@@ -60,7 +61,6 @@ def expand_paths(paths: str | Sequence[str]) -> list[str]:
 
 
 def _parquet_texts(path: str, column: str = "text") -> Iterator[str]:
-    import pyarrow.parquet as pq
 
     with fsspec.open(path, "rb") as f:
         pf = pq.ParquetFile(f)
@@ -118,6 +118,7 @@ def fineweb(snapshot: str = "CC-MAIN-2022-21", data_files: str | Sequence[str] |
     >>> next(docs)[:20]             # doctest: +SKIP
     '...'
     """
+    # lazily: Hugging Face datasets is heavy and only these sources need it
     import datasets
 
     if data_files is None:
@@ -138,6 +139,7 @@ def pydoc_corpus() -> Iterator[str]:
     >>> sum(1 for _ in pydoc_corpus()) > 50
     True
     """
+    # lazily: a large module, read only by this source
     from pydoc_data.topics import topics
 
     for key in sorted(topics):
@@ -202,6 +204,7 @@ def alpaca(data_files: str | Sequence[str] | None = None) -> Iterator[tuple[str,
     ['2']
     """
     if data_files is None:
+        # lazily: Hugging Face datasets is heavy and only these sources need it
         import datasets
 
         records = datasets.load_dataset("tatsu-lab/alpaca", split="train")

@@ -173,6 +173,7 @@ def tiktoken_names() -> list[str]:
     >>> "cl100k_base" in tiktoken_names()
     True
     """
+    # lazily: loading tiktoken's encodings is slow, and only these tokenizers need it
     import tiktoken
 
     names = set(tiktoken.list_encoding_names()) | set(OFFLINE_TIKTOKEN)
@@ -180,6 +181,7 @@ def tiktoken_names() -> list[str]:
 
 
 def _tiktoken(name: str) -> TiktokenTokenizer:
+    # lazily: loading tiktoken's encodings is slow, and only these tokenizers need it
     import tiktoken
 
     if name in OFFLINE_TIKTOKEN:
@@ -227,6 +229,7 @@ def _huggingface(name: str, use_fast: bool, use_remote_code: bool) -> HuggingFac
             "(download it once with `huggingface-cli download <repo> tokenizer.json tokenizer_config.json`)"
         )
     try:
+        # lazily: Hugging Face tokenizers is needed by this tokenizer only
         import tokenizers
     except ImportError as e:
         raise ImportError("the huggingface tokenizer backend needs the `tokenizers` package") from e

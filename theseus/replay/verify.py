@@ -21,10 +21,12 @@ from typing import Any
 
 import fsspec
 import jax
+from loguru import logger
 
 from theseus.store import EmptyResult, Node, Store, trust
 from theseus.store import fs as rootfs
 from theseus.store.schema import CHECKPOINT, CONFIG
+from theseus.train.trainer import CONFIG_FILE, Trainer
 
 LOSS = "train/loss"
 
@@ -203,9 +205,7 @@ def verify(store: Store | str, node: str | Node, steps: int, rtol: float = 1e-5,
     ...
     ValueError: no node Z2VuZXJhbC5kZWZhdWx0LnRyYWluLWdwdDo5NDllODg6MA (general.default.train-gpt:949e88:0) in ...
     """
-    from loguru import logger
 
-    from theseus.train.trainer import CONFIG_FILE, Trainer
 
     store = store if isinstance(store, Store) else Store(store)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:

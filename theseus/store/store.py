@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import Any
 
 import polars as pl
@@ -144,7 +145,6 @@ def _doc_store() -> tuple[Store, Node]:
     >>> store.record(n)["loss"]
     1.5
     """
-    import tempfile
 
     store, node = Store(tempfile.mkdtemp()), Node.start("doc")
     with store.writer() as w:

@@ -112,6 +112,7 @@ def _calls_resolver(value: str) -> bool:
     >>> _calls_resolver("${a.b}"), _calls_resolver("${a.${oc.env:X}}"), _calls_resolver("${")
     (False, True, True)
     """
+    # lazily: OmegaConf's grammar parser (antlr) loads only when a config is checked
     from omegaconf import grammar_parser
     from omegaconf.errors import GrammarParseError
     from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser

@@ -256,6 +256,7 @@ def _write_arrays(folder: str, plans: list[_LeafPlan], is_main: bool) -> list[mf
 def _coordination_client() -> Any:
     """jax.distributed's coordination-service client, or None (private API, guarded)."""
     try:
+        # lazily: JAX's private distributed state, read only on multi-process saves
         from jax._src import distributed
     except ImportError:
         return None

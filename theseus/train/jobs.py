@@ -29,6 +29,7 @@ class Pretrain(Job):
 
     def setup(self) -> None:
         """Validate, build the trainer (autobatch when asked) and initialise or restore its state."""
+        # lazily: registering the job (``theseus jobs``) must not load JAX, which the trainer imports
         import jax
 
         from theseus.train.trainer import Trainer
