@@ -14,8 +14,8 @@ import shutil
 
 import pytest
 
-from tests.trainer._helpers import VOCAB, write_dataset
-from tests.trainer.conftest import _compilation_cache  # noqa: F401  (a session fixture: compiled once)
+from tests.train._helpers import VOCAB, write_dataset
+from tests.train.conftest import _compilation_cache  # noqa: F401  (a session fixture: compiled once)
 from theseus.jobs import Job, job
 from theseus.quick import quick
 from theseus.store.fs import write_atomic

@@ -347,7 +347,7 @@ def seed_peak_cache(root: str) -> None:
 def synthetic_root(folder: Path) -> str:
     """A root under ``folder`` with the trainer tests' synthetic ``fineweb`` dataset (vocabulary 256)
     and a cached CPU peak: ready for a tiny training run."""
-    from tests.trainer._helpers import write_dataset
+    from tests.train._helpers import write_dataset
 
     root = str(folder / "root")
     write_dataset(root, tokens=12_000)

@@ -21,8 +21,8 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+from tests.train._helpers import write_dataset
 from tests.train._subproc import run_python
-from tests.trainer._helpers import write_dataset
 from theseus.cli import app
 from theseus.store import Store
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.trainer._helpers import config, tree_hash, write_dataset
+from tests.train._helpers import config, tree_hash, write_dataset
 from theseus.quick import quick
 from theseus.replay.verify import logged_losses
 from theseus.store import Store

@@ -1,4 +1,4 @@
 """Fixtures of the replay tests: the trainer tests' persistent XLA cache (autouse), so the many identical tiny
 trainers compile once."""
 
-from tests.trainer.conftest import _compilation_cache  # noqa: F401  (a session autouse fixture)
+from tests.train.conftest import _compilation_cache  # noqa: F401  (a session autouse fixture)

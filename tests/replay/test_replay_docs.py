@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-MODULES = ["theseus.cli.replay"]  # theseus.replay.verify: tests/trainer/test_trainer_docs.py
+MODULES = ["theseus.cli.replay"]  # theseus.replay.verify: tests/train/test_trainer_docs.py
 
 
 @pytest.mark.parametrize("name", MODULES)

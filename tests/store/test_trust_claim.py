@@ -1,6 +1,6 @@
 """Issue 15, items 6, 11 and 15 on the store side: what audit and resume refuse from a root
 (checkpoint paths leaving it, configs that are not plain data), and the claim that lets at
-most one resume continue a lineage. No JAX here; the training side is tests/trainer/test_resume_safety.py."""
+most one resume continue a lineage. No JAX here; the training side is tests/train/test_resume_safety.py."""
 
 from __future__ import annotations
 

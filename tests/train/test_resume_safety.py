@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from tests.trainer._helpers import config, tree_hash, write_dataset
+from tests.train._helpers import config, tree_hash, write_dataset
 from theseus.audit import audit
 from theseus.quick import quick
 from theseus.store import Node, Store

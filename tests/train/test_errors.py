@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.trainer._helpers import config
+from tests.train._helpers import config
 from theseus.data.store import DatasetNotFound
 
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.trainer._helpers import config, write_dataset
+from tests.train._helpers import config, write_dataset
 from theseus.model.layers.mlp import MLP
 from theseus.quick import quick
 from theseus.store import EmptyResult, Store

@@ -10,14 +10,14 @@ import time
 
 import pytest
 
-from tests.trainer._helpers import write_dataset
+from tests.train._helpers import write_dataset
 from theseus.quick import quick
 from theseus.store import Store
 from theseus.train import checkpoint as ckpt
 
 TRAIN = r"""
 import sys
-from tests.trainer._helpers import config
+from tests.train._helpers import config
 from theseus.quick import quick
 root = sys.argv[1]
 cfg = config(training={"tokens": 8 * 32 * 400}, logging={"report_interval": 1, "checkpoint_interval": 3,

@@ -11,7 +11,7 @@ CODE = r"""
 import sys, tempfile
 sys.path.insert(0, {repo!r})
 import jax, numpy as np
-from tests.trainer._helpers import write_dataset, config, ListLog
+from tests.train._helpers import write_dataset, config, ListLog
 from theseus.train.trainer import Trainer
 
 root = tempfile.mkdtemp()
@@ -55,7 +55,7 @@ out["same_batch"] = bool((back.batch()["x"] == one.loader.batch(5)["x"]).all())
 out["restored_next"] = back.tick()["train/loss"]
 
 # ... and onto 2 devices with tensor parallelism: bit-identical state, same batches, same losses
-from tests.trainer._helpers import tree_hash
+from tests.train._helpers import tree_hash
 tp2, _ = make(jax.devices()[:2], 8, tp=2)
 tp2.restore(folder)
 out["tp2_state_same"] = tree_hash(tp2.state) == tree_hash(fsdp.state)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.trainer._helpers import ListLog, config
+from tests.train._helpers import ListLog, config
 
 
 def test_autobatch_picks_smaller_size_under_tight_budget(make_trainer, monkeypatch):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.trainer._helpers import ListLog, config, write_dataset
+from tests.train._helpers import ListLog, config, write_dataset
 
 
 @pytest.fixture(scope="session")

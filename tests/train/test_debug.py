@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.trainer._helpers import ListLog, config
+from tests.train._helpers import ListLog, config
 from theseus.model.layers.attention import CausalSelfAttention
 from theseus.model.layers.block import Block
 from theseus.model.layers.mlp import MLP

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.tmpfs import resize, small_tmpfs
-from tests.trainer._helpers import config, write_dataset
+from tests.train._helpers import config, write_dataset
 from theseus.cli import app
 from theseus.quick import quick
 from theseus.store import Store

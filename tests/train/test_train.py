@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.trainer._helpers import ListLog, config, tree_hash
+from tests.train._helpers import ListLog, config, tree_hash
 
 TRAIN_KEYS = {"train/loss", "train/lr", "train/grad_norm", "train/tokens", "train/mfu", "train/tokens_per_second"}
 
@@ -186,7 +186,7 @@ def test_cpu_peak_cached_once(tmp_path, monkeypatch):
 
 
 def test_trainer_peak_default_location(make_trainer, data_root, tmp_path, monkeypatch):
-    from tests.trainer._helpers import write_dataset
+    from tests.train._helpers import write_dataset
     from theseus.train import mfu
 
     monkeypatch.setattr(mfu, "measure_cpu_peak", lambda dtype="float32", **k: 2e11)
