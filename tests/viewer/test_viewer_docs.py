@@ -1,24 +1,18 @@
 """Every docstring example of the viewer modules runs; every public name has one."""
 
-import doctest
-import importlib
-import inspect
-
 import pytest
+
+from tests.docstrings import examples_fail, names_without_examples
 
 MODULES = ["theseus.viewer.plot"]
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_viewer_docstring_examples_run(name):
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0
+    failed, attempted = examples_fail(name)
+    assert attempted > 0 and failed == 0
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_viewer_public_api_has_examples(name):
-    module = importlib.import_module(name)
-    missing = [attr for attr, obj in vars(module).items()
-               if not attr.startswith("_") and getattr(obj, "__module__", None) == name
-               and (inspect.isfunction(obj) or inspect.isclass(obj)) and ">>>" not in (obj.__doc__ or "")]
-    assert not missing, missing
+    assert names_without_examples(name) == []
