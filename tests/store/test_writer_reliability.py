@@ -133,10 +133,10 @@ def test_write_refuses_what_no_flush_could_publish(tmp_path):
         w.write(Node(good.name, good.nonce, 2**63 - 1), {"loss": 3.0})  # the last seq that fits
         longest = Node.start("proj.bad." + "r" * (250 - len("proj.bad.")))
         w.write(longest, {"loss": 4.0})
-        for bad in [Node.start("proj.bad." + "r" * (251 - len("proj.bad."))), Node.start("r" * 240)]:
-            with pytest.raises(ValueError,
+        for name in ["proj.bad." + "r" * (251 - len("proj.bad.")), "r" * 240]:
+            with pytest.raises(ValueError,  # refused by Node itself
                                match=r"is 25\d characters: the log's folder name=<name> allows at most 250"):
-                w.write(bad, {"loss": 2.0})
+                w.write(Node.start(name), {"loss": 2.0})
         with pytest.raises(ValueError, match=r"value of 'tag' '\\udc80' is not valid Unicode"):
             w.write(good.next(), {"loss": 2.0, "tag": "\udc80"})  # the checked shape of a known record
         with pytest.raises(ValueError, match=r"value of 'other' .* not valid Unicode"):

@@ -18,6 +18,7 @@ _NONCE = re.compile(r"^[0-9a-f]{6}$")
 FULL_NAME_PATTERN, NONCE_PATTERN = rf"{_PART_PATTERN}(?:\.{_PART_PATTERN}){{2}}", r"[0-9a-f]{6}"
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
 MAX_SEQ = 2**63 - 1  # seqs are stored as int64
+MAX_NAME = 255 - len("name=")  # a run's log folder, name=<name>, must fit in one file name (NAME_MAX)
 
 
 def normalize_name(name: str) -> str:
@@ -45,7 +46,11 @@ def normalize_name(name: str) -> str:
                 f"run name {name!r}: part {part!r} may only hold letters, digits, '_' and '-' "
                 "(no '/', '=', '..' or spaces) and must start with a letter or digit"
             )
-    return ".".join(parts)
+    full = ".".join(parts)
+    if len(full) > MAX_NAME:
+        raise ValueError(f"run name {full[:40]}... is {len(full)} characters: the log's folder name=<name> "
+                         f"allows at most {MAX_NAME}")
+    return full
 
 
 def check_nonce(nonce: str) -> str:
@@ -185,6 +190,8 @@ class Node:
         """
         # called once per training step: name and nonce are already valid, and the parent's
         # id is only encoded when someone reads it
+        if self._seq >= MAX_SEQ:
+            raise ValueError(f"seq {self._seq + 1} of {self._name} does not fit int64 (at most {MAX_SEQ})")
         node = _new_node(Node)
         node._name = self._name
         node._nonce = self._nonce

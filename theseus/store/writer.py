@@ -33,8 +33,6 @@ from theseus.store.scope import Scope
 from theseus.store.segments import LOG, encode, retry_vanished, run_dir, segment_name
 
 _PYTYPE = {float: "float", int: "int", bool: "bool", str: "str"}
-_SEQ_END = 2**63  # seqs are stored as int64
-_NAME_MAX = 255 - len("name=")  # a run's folder name, name=<name>, must fit in one file name (NAME_MAX)
 _LIVE: weakref.WeakSet[Writer] = weakref.WeakSet()  # registry of open writers, closed in a forked child
 
 
@@ -172,8 +170,7 @@ class Writer:
 
     def write(self, node: Node, values: Mapping[str, Any]) -> None:
         """Buffer user values (scalars) for ``node``; returns without touching disk."""
-        if (type(values) is dict and type(node) is Node and not self._closed and node._seq < _SEQ_END
-                and len(node._name) <= _NAME_MAX):
+        if type(values) is dict and type(node) is Node and not self._closed:
             # a training loop logs the same keys with the same types every step: validate them
             # once, then only check the value types are those seen (for all floats, a count of
             # floats, cheaper than building the types tuple) and append
@@ -322,11 +319,6 @@ class Writer:
             raise TypeError(f"expected a Node, got {type(node).__name__}")
         if self._closed:
             raise RuntimeError("writer is closed")
-        if node.seq >= _SEQ_END:
-            raise ValueError(f"seq {node.seq} of {node.name} does not fit in int64 (the log's seq column)")
-        if len(node.name) > _NAME_MAX:
-            raise ValueError(f"run name {node.name[:40]}... is {len(node.name)} characters: the log's folder "
-                             f"name=<name> allows at most {_NAME_MAX}")
         return node
 
     def _check_user(self, node: Node, values: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
