@@ -91,19 +91,18 @@ def _open_checkpoint(fs, base: str, path: str) -> tuple[dict[str, FileEntry] | N
         folder = trust.checkpoint_folder(fs, base, path)  # the rule resume applies too
     except ValueError as e:
         return None, {}, Problem("bad-checkpoint-path", str(path), str(e))
-    safe = path
     present = _list_files(fs, folder)
     if not present:
-        return None, present, Problem("missing-checkpoint", safe, f"checkpoint folder {safe} is missing or empty, "
+        return None, present, Problem("missing-checkpoint", path, f"checkpoint folder {path} is missing or empty, "
                                       "but a checkpoint record references it")
     if MANIFEST not in present:
-        return None, present, Problem("incomplete-checkpoint", safe, f"checkpoint {safe} has no {MANIFEST}, "
+        return None, present, Problem("incomplete-checkpoint", path, f"checkpoint {path} has no {MANIFEST}, "
                                       "but a checkpoint record references it (commit order broken)")
     try:
         listed = parse_manifest(rootfs.read_regular(fs, f"{folder}/{MANIFEST}"))
     except Exception as e:
-        return None, present, Problem("bad-manifest", f"{safe}/{MANIFEST}",
-                                      f"malformed {safe}/{MANIFEST}: {first_line(e)}")
+        return None, present, Problem("bad-manifest", f"{path}/{MANIFEST}",
+                                      f"malformed {path}/{MANIFEST}: {first_line(e)}")
     return listed, present, None
 
 

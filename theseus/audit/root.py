@@ -242,10 +242,13 @@ def _read_log(fs, base: str, nonce: str | None, problems: list[Problem]) -> tupl
 def _view_problems(fs, base: str, nonce: str | None) -> list[Problem]:
     """Every view checked through against the log (``view.check_view``): for run ``nonce`` only, when given."""
     index = Index(fs, base)
+    views = list_views(index)
+    if not views:
+        return []
     runs = index.runs()
     advice = "readers skip it from now on (marked rejected) and `theseus compact` rebuilds it from the log"
     problems = []
-    for path in list_views(index):
+    for path in views:
         rel = relative(base, path)
         try:
             differs = check_view(index, path, runs, nonce)
@@ -485,7 +488,7 @@ def _with_changes(fs, base, ckpts, origin, checkpoints, configs) -> list[Checkpo
         if before_node is not None:
             before = configs.get(before_node)
             if before is None and before_node not in configs:  # outside the audit (another run): read it
-                before = _load_config(fs, f"{base}/{_safe_path(checkpoints[before_node]) or ''}")
+                before = _load_config(fs, base, checkpoints[before_node])
                 configs[before_node] = before
         changes = _diff(before, c.config) if before is not None and c.config is not None else ()
         out.append(dataclasses.replace(c, against=before_node, changes=changes))
@@ -493,17 +496,11 @@ def _with_changes(fs, base, ckpts, origin, checkpoints, configs) -> list[Checkpo
     return out
 
 
-def _safe_path(path: str) -> str | None:
-    """A root-relative checkpoint path, or None when it could leave the root (the rule resume applies too)."""
+def _load_config(fs, base: str, path: str) -> dict | None:
+    """The config of the checkpoint at ``path``; None when it cannot be read or the path leaves the root
+    (``trust.checkpoint_folder``: the rule resume applies too)."""
     try:
-        return trust.checkpoint_path(path)
-    except ValueError:
-        return None
-
-
-def _load_config(fs, folder: str) -> dict | None:
-    try:
-        return parse_config(rootfs.read_regular(fs, f"{folder}/{CONFIG_FILE}"))
+        return parse_config(rootfs.read_regular(fs, f"{trust.checkpoint_folder(fs, base, path)}/{CONFIG_FILE}"))
     except Exception:
         return None
 

@@ -9,15 +9,12 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
-import pyarrow as pa
 
 from theseus.store import schema
 from theseus.store.fold import WRITTEN, node_ids
 from theseus.store.index import Index
 from theseus.store.node import Node, check_nonce, decode_id, normalize_name
-from theseus.store.scope import Scope
-from theseus.store.segments import CorruptSegment, retry_vanished, vanished
-from theseus.store.view import CorruptView
+from theseus.store.scope import Scope, read_scope
 
 if TYPE_CHECKING:
     import pandas
@@ -270,26 +267,11 @@ class Cursor:
         """
         self.index.require_root()
 
-        def run() -> pl.DataFrame | dict[str, list]:
-            scope = Scope(self.index, self.name_glob, self.nonce_glob)
-            try:
-                plan = self._plan(scope, select_keys, all_user_keys, parent, select, identity)
-                return plan.collect() if isinstance(plan, pl.LazyFrame) else plan
-            except CorruptView as e:  # a view that fails its checksums
-                self.index.ignore_view(e.path, e)
-            except pl.exceptions.PanicException as e:  # Polars' scan of a view panics on some damaged pages
-                if scope.view is None:
-                    raise
-                self.index.ignore_view(scope.view.path, e)
-            except CorruptSegment:
-                raise
-            except (pl.exceptions.PolarsError, OSError, pa.ArrowException) as e:
-                if scope.view is None or vanished(e):
-                    raise
-                self.index.ignore_view(scope.view.path, e)  # log reads raise CorruptSegment: the view is bad
-            return run()  # answered from the log now that the view is ignored
+        def read(scope: Scope) -> pl.DataFrame | dict[str, list]:
+            plan = self._plan(scope, select_keys, all_user_keys, parent, select, identity)
+            return plan.collect() if isinstance(plan, pl.LazyFrame) else plan
 
-        return retry_vanished(run)
+        return read_scope(self.index, self.name_glob, self.nonce_glob, read)
 
     def _plan(self, scope: Scope, select_keys: list[str] | None, all_user_keys: bool, parent: bool,
               select: bool = False, identity: bool = False) -> pl.LazyFrame | dict[str, list]:

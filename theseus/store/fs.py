@@ -396,7 +396,7 @@ def read_bytes(location: str) -> bytes:
     b'x'
     """
     fs, path = fsspec.core.url_to_fs(location)
-    return fs.cat_file(path)
+    return read_regular(fs, path)  # a FIFO named like a manifest would block the read
 
 
 def read_many(locations: list[str], threads: int = 16) -> list[bytes]:

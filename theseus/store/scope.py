@@ -14,14 +14,17 @@ parsing the view's footer):
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, TypeVar
 
 import polars as pl
+import pyarrow as pa
 
 from theseus.store.fold import DTYPES, WRITTEN, fold_run, fold_values, python_values, with_identity
 from theseus.store.index import Index
-from theseus.store.segments import is_glob, union_keys
-from theseus.store.view import View, scan_view, stored_columns, view_columns
+from theseus.store.segments import is_glob, retry_vanished, union_keys, vanished
+from theseus.store.view import CorruptView, View, scan_view, stored_columns, view_columns
+
+T = TypeVar("T")
 
 MAX_LOG_FOLD_SEGMENTS = 8  # a lineage with up to this many segments is folded from the log, not read from the view
 
@@ -214,3 +217,35 @@ def empty_nodes(keys: dict[str, str], parent: bool = False, written: bool = Fals
         schema[WRITTEN] = pl.Int64
     schema.update({k: DTYPES[t] for k, t in keys.items()})
     return pl.DataFrame(schema=schema)
+
+
+def read_scope(index: Index, name: str | None, nonce: str | None, read: Callable[[Scope], T]) -> T:
+    """``read(Scope(index, name, nonce))``, listed and read again when a compaction retires a segment
+    mid-read, and answered from the log when the view turns out damaged (it is then ignored).
+
+    >>> import tempfile
+    >>> from theseus.store import Node, Store
+    >>> store, node = Store(tempfile.mkdtemp()), Node.start("doc-scope")
+    >>> with store.writer() as w:
+    ...     w.write(node, {"loss": 1.0})
+    >>> read_scope(Index(store.fs, store.path()), "*", "*", lambda scope: sorted(scope.types()))
+    ['loss']
+    """
+
+    def run() -> T:
+        scope = Scope(index, name, nonce)
+        try:
+            return read(scope)
+        except CorruptView as e:  # a view that fails its checksums
+            index.ignore_view(e.path, e)
+        except pl.exceptions.PanicException as e:  # Polars' scan of a view panics on some damaged pages
+            if scope.view is None:
+                raise
+            index.ignore_view(scope.view.path, e)
+        except (pl.exceptions.PolarsError, OSError, pa.ArrowException) as e:
+            if scope.view is None or vanished(e):
+                raise
+            index.ignore_view(scope.view.path, e)  # log reads raise CorruptSegment: the view is bad
+        return run()  # answered from the log now that the view is ignored
+
+    return retry_vanished(run)

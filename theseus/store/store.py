@@ -16,7 +16,7 @@ from theseus.store.fold import WRITTEN
 from theseus.store.index import Index
 from theseus.store.node import Node, check_nonce, decode_id
 from theseus.store.reader import latest_value, scan
-from theseus.store.scope import Scope
+from theseus.store.scope import read_scope
 from theseus.store.segments import retry_vanished
 from theseus.store.view_fold import refresh_view
 from theseus.store.writer import Writer
@@ -69,7 +69,8 @@ class Store:
 
     def keys(self) -> dict[str, str]:
         """Every key logged in the root with its read type (reads footers only)."""
-        return retry_vanished(lambda: Scope(self._index).types())
+        self._index.require_root()
+        return read_scope(self._index, "*", "*", lambda scope: scope.types())
 
     def record(self, node: Node | str) -> dict[str, Any]:
         """The folded node, reserved fields (``_job``, ``_config``, ``_status``...) included."""
@@ -77,11 +78,8 @@ class Store:
         name, nonce, seq = decode_id(node_id)
         self._index.require_root()
 
-        def read() -> pl.DataFrame:
-            scope = Scope(self._index, name, nonce)
-            return scope.nodes(scope.types(), parent=True)[0].filter(pl.col("seq") == seq).collect()
-
-        rows = retry_vanished(read)
+        rows = read_scope(self._index, name, nonce, lambda scope: scope.nodes(scope.types(), parent=True)[0]
+                          .filter(pl.col("seq") == seq).collect())
         if rows.height == 0:
             raise EmptyResult(f"no records for node {node_id}")
         row = rows.row(0, named=True)

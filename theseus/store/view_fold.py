@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from theseus.store import fs as rootfs
 from theseus.store.fold import fold_run, node_ids, with_identity
 from theseus.store.index import Index
+from theseus.store.node import MAX_SEQ
 from theseus.store.segments import CorruptSegment, record_listings, union_keys
 from theseus.store.view import (
     REJECTED,
@@ -93,7 +94,7 @@ def build_view(index: Index) -> str | None:
         run_table["start"].append(run_table["start"][-1] + n)
         run_table["segments"].append([p.rsplit("/", 1)[-1] for p in paths])
         # a segment without a stamp range (no block index) makes the run never take segments on top
-        run_table["stamp"].append(max(f.stamps[1] if f.stamps else 2**63 - 1 for f in footers[(name, nonce)]))
+        run_table["stamp"].append(run_stamp(footers[(name, nonce)]))
         run_table["keys"].append(signatures.setdefault(signature, len(signatures)))
         for key in RUN_KEYS:
             run_table[key].append(list(folded.latest[key]) if key in folded.latest else None)
@@ -181,10 +182,21 @@ def check_view(index: Index, path: str, runs: dict[tuple[str, str], list[str]], 
             differs.append("nodes")
         if view.keys(number) != union_keys(f.keys for f in footers):
             differs.append("key types")
-        if view.stamps[number] != max(f.stamps[1] if f.stamps else 2**63 - 1 for f in footers):
+        if view.stamps[number] != run_stamp(footers):
             differs.append("stamp")
         if view.latest(number) != {k: tuple(v) for k, v in folded.latest.items()}:
             differs.append("latest records")
         if differs:
             found.append(f"{run[0]}:{run[1]} ({', '.join(differs)} differ from the log's fold)")
     return found
+
+
+def run_stamp(footers) -> int:
+    """The highest write stamp of a run's segments (int64's largest for a segment without stamps),
+    what a view records per run and what audit compares it with.
+
+    >>> from types import SimpleNamespace
+    >>> run_stamp([SimpleNamespace(stamps=(1, 5)), SimpleNamespace(stamps=(2, 9))])
+    9
+    """
+    return max(f.stamps[1] if f.stamps else MAX_SEQ for f in footers)

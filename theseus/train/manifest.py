@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from theseus.store.fs import hash_file, join, read_bytes, write_atomic
+from theseus.store.fs import hash_file, join, read_bytes, write_atomic  # write_atomic: used by the examples
 from theseus.store.manifest import MANIFEST, FileEntry, encode, parse
 
 __all__ = ["MANIFEST", "FileEntry", "read_manifest", "verify", "write_atomic", "write_manifest"]

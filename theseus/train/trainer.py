@@ -50,10 +50,10 @@ from theseus.data.store import open_dataset
 from theseus.model.debug import DebugResult, capture, find_modules, normalize_path
 from theseus.model.gpt import GPT, count_params
 from theseus.model.layers.mlp import MLP
+from theseus.store.fs import write_atomic
 from theseus.train import autobatch, mfu
 from theseus.train import checkpoint as ckpt
 from theseus.train.config import gpt_config, load_config, to_yaml
-from theseus.train.manifest import write_atomic
 from theseus.train.optimizer import make_optimizer, wsd_schedule
 from theseus.train.progress import TrainProgress
 from theseus.train.sharding import DATA, ShardConfig, data_sharding, describe, make_mesh, state_shardings
