@@ -14,6 +14,8 @@ import os
 import shutil
 import subprocess
 
+import pytest
+
 # binary -> the Debian package that ships it
 BINARIES = {
     "sshd": "openssh-server",
@@ -84,3 +86,8 @@ def on_ci() -> bool:
     True
     """
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def skip_or_fail(why: str) -> None:
+    """Skip the test saying ``why`` (a missing server or privilege); under CI, fail it instead."""
+    (pytest.fail if on_ci() else pytest.skip)(why)

@@ -335,6 +335,9 @@ def spec_from_quick(q: QuickJob, *, revision: str = "", groups: tuple[str, ...] 
     """
     if q.job_key is None:
         raise ValueError("no job built yet: call q.build(job_key, run_name) first (`theseus jobs` lists the keys)")
+    if not q.verify:
+        raise ValueError("resume(verify=False) is not carried to a launch (a launched run always checks its "
+                         "checkpoint): resume with verify=True to launch or submit")
     base = q.base.id if q.base is not None else None
     resume = base is not None and not q.branched
     return LaunchSpec(q.job_key, q.run_name, configs.to_yaml(q.config), q.root, base_node=base, resume=resume,

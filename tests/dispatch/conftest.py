@@ -38,9 +38,7 @@ def binary(name: str, package: str) -> str:
     if found is None:
         why = (f"{name} not found: install the distribution package {package!r} "
                f"({' '.join(system_packages.install_command(sorted(set(system_packages.BINARIES.values()))))})")
-        if system_packages.on_ci():
-            pytest.fail(why)
-        pytest.skip(why)
+        system_packages.skip_or_fail(why)
     return found
 
 

@@ -15,7 +15,7 @@ import pytest
 from theseus.dispatch.bootstrap import BadInput, bootstrap_script, check_spec, process_info
 from theseus.dispatch.package import DirtyTreeError, package_code
 from theseus.dispatch.spec import LaunchSpec
-from theseus.quick import build_spec
+from theseus.quick import build_spec, quick, spec_from_quick
 from theseus.store import Store
 from theseus.store.node import Node
 
@@ -117,6 +117,20 @@ def test_build_spec_resumes_the_tip_and_branches_elsewhere(tmp_path):
         build_spec(root, "data/tokenize/pydoc", "other", base_node=nodes[3].id)
     with pytest.raises(ValueError, match="has no records"):
         build_spec(root, "data/tokenize/pydoc", "exp.a.run", base_node=Node("exp.a.run", "ffffff", 1).id)
+
+
+def test_a_resume_that_skips_checksums_is_not_launched(tmp_path):
+    """resume(verify=False) is not part of a launch spec: launching it is refused, not silently verified."""
+    root = str(tmp_path / "root")
+    first = Node.start("exp.a.run")
+    with Store(root).writer() as w:
+        w.job(first, "data/tokenize/pydoc", "data:\n  max_samples: 4\n")
+    with quick(root) as q:
+        q.find().nonce(first.nonce).resume(verify=False)
+        with pytest.raises(ValueError, match=r"resume\(verify=False\) is not carried to a launch"):
+            spec_from_quick(q)
+        q.find().nonce(first.nonce).resume()
+        assert spec_from_quick(q).resume
 
 
 # --- process info -------------------------------------------------------------------------

@@ -185,8 +185,9 @@ def test_bad_writes_write_nothing(root):
             w.write(n, {"_job": "sneaky"})
         with pytest.raises(ValueError, match="invalid key"):
             w.write(n, {"": 1})
-        with pytest.raises(ValueError, match="relative"):
-            w.checkpoint(n, "/abs/path")
+        for path in ["/abs/path", "objects//x", "objects/./x", "objects\\x", "gs://b/x", "../x"]:
+            with pytest.raises(ValueError, match="relative"):  # what resume and audit would refuse to follow
+                w.checkpoint(n, path)
     with pytest.raises(ValueError):
         Node.start("a/b")
     assert store.find().nonce(n.nonce).select() == [{"x": 1.0}]

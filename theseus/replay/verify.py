@@ -25,8 +25,9 @@ from loguru import logger
 
 from theseus.store import EmptyResult, Node, Store, trust
 from theseus.store import fs as rootfs
+from theseus.store.layout import CONFIG_FILE
 from theseus.store.schema import CHECKPOINT, CONFIG
-from theseus.train.trainer import CONFIG_FILE, Trainer
+from theseus.train.trainer import Trainer
 
 LOSS = "train/loss"
 

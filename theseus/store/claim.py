@@ -30,16 +30,14 @@ refused: True
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 import polars as pl
 
 from theseus.store import schema
-from theseus.store.cursor import EmptyResult
 from theseus.store.node import Node
 from theseus.store.reader import scan
-from theseus.store.segments import CorruptSegment, list_segments
+from theseus.store.segments import list_segments, retry_vanished
 
 if TYPE_CHECKING:
     from theseus.store.store import Store
@@ -47,7 +45,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ResumeConflict", "claim", "claims"]
 
-_RETRIES = 30  # re-list and read again when a compaction retires a segment mid-read
 
 
 class ResumeConflict(RuntimeError):
@@ -75,10 +72,7 @@ def claim(store: Store, writer: Writer, node: Node) -> None:
     True
     """
     lineage = f"{node.name}:{node.nonce}"
-    try:
-        last = store.find().name(node.name).nonce(node.nonce).last().seq
-    except EmptyResult:
-        last = -1
+    last = _last_seq(store, node)
     if last >= node.seq:
         raise ResumeConflict(
             f"cannot continue {lineage} at seq {node.seq}: it was already continued (its records reach seq {last}), "
@@ -100,21 +94,23 @@ def claims(store: Store, node: Node) -> list[str]:
     >>> claims(Store(tempfile.mkdtemp()), Node.start("doc-claim"))
     []
     """
-    for attempt in range(_RETRIES):
-        try:
-            paths = list_segments(store.fs, store.path(), node.name, node.nonce)
-            if not paths:
-                return []
-            rows = (scan(store.fs, paths)
-                    .filter((pl.col("key") == schema.CLAIM) & (pl.col("seq") == node.seq))
-                    .select("stamp", "writer").unique().sort("stamp", "writer").collect())
-            return list(dict.fromkeys(rows["writer"].to_list()))
-        except CorruptSegment:
-            raise
-        except (FileNotFoundError, pl.exceptions.PolarsError, OSError) as e:
-            missing = (isinstance(e, FileNotFoundError) or "no such file" in str(e).lower()
-                       or "not found" in str(e).lower())
-            if not missing or attempt == _RETRIES - 1:
-                raise
-            time.sleep(0.002 * attempt)
-    raise AssertionError("unreachable")
+    def read() -> list[str]:
+        paths = list_segments(store.fs, store.path(), node.name, node.nonce)
+        if not paths:
+            return []
+        rows = (scan(store.fs, paths)
+                .filter((pl.col("key") == schema.CLAIM) & (pl.col("seq") == node.seq))
+                .select("stamp", "writer").unique().sort("stamp", "writer").collect())
+        return list(dict.fromkeys(rows["writer"].to_list()))
+
+    return retry_vanished(read)
+
+
+def _last_seq(store: Store, node: Node) -> int:
+    """The highest seq ``node``'s lineage has records for (-1 for none): one column of its segments."""
+    def read() -> int:
+        paths = list_segments(store.fs, store.path(), node.name, node.nonce)
+        last = scan(store.fs, paths).select(pl.col("seq").max()).collect().item() if paths else None
+        return -1 if last is None else last
+
+    return retry_vanished(read)

@@ -13,9 +13,9 @@ import pyarrow as pa
 
 _PART_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_\-]*"
 _PART = re.compile(rf"^{_PART_PATTERN}$")
-_NONCE = re.compile(r"^[0-9a-f]{6}$")
 # a full ``project.group.run`` name and a nonce, for one fullmatch each (listings check every folder)
 FULL_NAME_PATTERN, NONCE_PATTERN = rf"{_PART_PATTERN}(?:\.{_PART_PATTERN}){{2}}", r"[0-9a-f]{6}"
+_NONCE = re.compile(rf"^{NONCE_PATTERN}$")
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
 MAX_SEQ = 2**63 - 1  # seqs are stored as int64
 MAX_NAME = 255 - len("name=")  # a run's log folder, name=<name>, must fit in one file name (NAME_MAX)

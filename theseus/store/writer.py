@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from theseus.store import fs as rootfs
-from theseus.store import schema
+from theseus.store import schema, trust
 from theseus.store.fold import ARROW
 from theseus.store.index import Index
 from theseus.store.node import _PREVIOUS, Node, lineage_columns
@@ -215,8 +215,11 @@ class Writer:
 
     def checkpoint(self, node: Node, path: str) -> None:
         """Record that ``node`` has a committed checkpoint at root-relative ``path``; durable on return."""
-        if not isinstance(path, str) or not path or path.startswith("/") or "://" in path or ".." in path.split("/"):
-            raise ValueError(f"checkpoint path must be relative to the root (e.g. 'objects/<id>'), got {path!r}")
+        try:
+            trust.checkpoint_path(path)  # the rule resume and audit apply to what they read back
+        except ValueError:
+            raise ValueError(
+                f"checkpoint path must be relative to the root (e.g. 'objects/<id>'), got {path!r}") from None
         self._commit(node, _CHECKPOINT, (_text("checkpoint path", path),))
 
     def finished(self, node: Node) -> None:

@@ -51,6 +51,7 @@ from theseus.model.debug import DebugResult, capture, find_modules, normalize_pa
 from theseus.model.gpt import GPT, count_params
 from theseus.model.layers.mlp import MLP
 from theseus.store.fs import write_atomic
+from theseus.store.layout import CONFIG_FILE, RNG_FILE
 from theseus.train import autobatch, mfu
 from theseus.train import checkpoint as ckpt
 from theseus.train.config import gpt_config, load_config, to_yaml
@@ -59,8 +60,6 @@ from theseus.train.progress import TrainProgress
 from theseus.train.sharding import DATA, ShardConfig, data_sharding, describe, make_mesh, state_shardings
 from theseus.train.step import BATCH_KEYS, init_state, make_eval_step, make_train_step
 
-RNG_FILE = "rng.json"
-CONFIG_FILE = "config.yaml"
 RNG_FORMAT = "theseus.rng/1"
 # the parameter-init key is fold_in(base, INIT_SALT); step k uses fold_in(base, k) (k < INIT_SALT)
 INIT_SALT = 2**31 - 1
