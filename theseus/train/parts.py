@@ -1,0 +1,151 @@
+"""Parts of a training job and their registry: models, optimizers, schedules, losses, evaluations, analyses.
+
+A part is a class with a kind, a short name, a one-line description, the config
+section it adds its fields to and a ``Config`` dataclass of typed defaults. A
+training job (`theseus.train.recipe.Recipe`) names one part of each kind; its
+config is the union of its parts' sections. ``theseus parts`` lists them all.
+
+Parts of one section share it: an optimizer and a schedule both add their fields
+to ``optimization`` (the optimizer's first), so the seed's
+``optimization.{weight_decay, beta1, beta2, lr, warmup_pct, decay_pct, final_lr_frac}``
+is AdamW's fields followed by WSD's.
+
+>>> import dataclasses
+>>> @dataclasses.dataclass
+... class HalfConfig:
+...     factor: float = 0.5
+>>> @part("schedule", "doc-half", "Half the learning rate, always.")
+... class Half(Part):
+...     section = "optimization"
+...     Config = HalfConfig
+>>> parts("schedule")["doc-half"] is Half, Half.description
+(True, 'Half the learning rate, always.')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, ClassVar
+
+__all__ = ["KINDS", "Part", "get_part", "part", "parts", "section_fields"]
+
+#: The kinds of parts, in the order ``theseus parts`` lists them.
+KINDS = ("model", "optimizer", "schedule", "loss", "evaluation", "analysis")
+
+_PARTS: dict[str, dict[str, type[Part]]] = {kind: {} for kind in KINDS}  # the registry, filled by @part
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
+
+
+class Part:
+    """Base class of every part: ``kind``, ``name``, ``description``, ``section`` and ``Config``.
+
+    ``Config`` is a dataclass of typed defaults (or None: the part has no settings);
+    its fields are added to the job's config section ``section``.
+
+    >>> Part.Config is None
+    True
+    """
+
+    kind: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    section: ClassVar[str] = ""
+    Config: ClassVar[type | None] = None
+
+
+def part(kind: str, name: str, description: str | None = None):
+    """Class decorator: register a ``Part`` subclass as ``name`` among the parts of ``kind``.
+
+    ``description`` defaults to the first line of the class docstring. A name is
+    registered once per kind; registering another class under it is an error.
+
+    >>> @part("loss", "doc-none")
+    ... class NoLoss(Part):
+    ...     '''A loss that is never built.'''
+    >>> NoLoss.kind, NoLoss.name, NoLoss.description
+    ('loss', 'doc-none', 'A loss that is never built.')
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown part kind {kind!r}; the kinds are {', '.join(KINDS)}")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"invalid part name {name!r}: use lowercase letters, digits, '-' and '_'")
+
+    def register(cls: type) -> type:
+        if not (isinstance(cls, type) and issubclass(cls, Part)):
+            raise TypeError(f"@part({kind!r}, {name!r}) decorates a subclass of theseus.train.parts.Part, got {cls!r}")
+        if cls.Config is not None and not (isinstance(cls.Config, type) and dataclasses.is_dataclass(cls.Config)):
+            raise TypeError(f"part {kind}/{name}: {cls.__name__}.Config must be a dataclass of typed defaults or None")
+        if cls.Config is not None and not cls.section:
+            raise TypeError(f"part {kind}/{name}: {cls.__name__} has a Config but no section to put it in")
+        prior = _PARTS[kind].get(name)
+        if prior is not None and (prior.__module__, prior.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise ValueError(f"{kind} part {name!r} is already registered by {prior.__module__}.{prior.__qualname__}")
+        doc = (cls.__doc__ or "").strip().splitlines()
+        cls.kind, cls.name = kind, name
+        cls.description = (description or (doc[0].strip() if doc else "")).strip()
+        _PARTS[kind][name] = cls
+        return cls
+
+    return register
+
+
+def parts(kind: str | None = None) -> dict[str, Any]:
+    """The registered parts: of one ``kind`` (name -> class, sorted), or all of them (kind -> that mapping).
+
+    >>> import theseus.train.recipe  # registers the built-in parts
+    >>> "adamw" in parts("optimizer") and "wsd" in parts()["schedule"]
+    True
+    """
+    if kind is not None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown part kind {kind!r}; the kinds are {', '.join(KINDS)}")
+        return dict(sorted(_PARTS[kind].items()))
+    return {k: dict(sorted(_PARTS[k].items())) for k in KINDS}
+
+
+def get_part(kind: str, name: str) -> type[Part]:
+    """The part of ``kind`` registered as ``name``; an unknown name lists the known ones.
+
+    >>> import theseus.train.recipe
+    >>> get_part("optimizer", "lion").name
+    'lion'
+    """
+    known = parts(kind)
+    if name not in known:
+        raise ValueError(f"unknown {kind} part {name!r}; known: {', '.join(known) or 'none'}")
+    return known[name]
+
+
+def section_fields(members: list[type[Part]], section: str) -> list[tuple[str, Any, dataclasses.Field]]:
+    """The fields the parts ``members`` add to ``section``, in order, as ``make_dataclass`` wants them.
+
+    Two parts may declare the same field only with the same type and default (then it
+    appears once); anything else is an error naming both parts.
+
+    >>> import dataclasses
+    >>> @dataclasses.dataclass
+    ... class A:
+    ...     lr: float = 0.1
+    >>> class P(Part):
+    ...     name, section, Config = "p", "opt", A
+    >>> [name for name, _, _ in section_fields([P, P], "opt")]
+    ['lr']
+    """
+    out: dict[str, tuple[str, Any, dataclasses.Field, type[Part]]] = {}
+    for member in members:
+        if member.Config is None or member.section != section:
+            continue
+        for f in dataclasses.fields(member.Config):
+            spec = dataclasses.field(default=f.default) if f.default is not dataclasses.MISSING else \
+                dataclasses.field(default_factory=f.default_factory)
+            if f.name in out:
+                _, prior_type, prior_spec, owner = out[f.name]
+                same_default = (prior_spec.default == spec.default
+                                and prior_spec.default_factory == spec.default_factory)
+                if prior_type != f.type or not same_default:
+                    raise TypeError(f"config key {section}.{f.name} is declared differently by parts "
+                                    f"{owner.kind}/{owner.name} and {member.kind}/{member.name}")
+                continue
+            out[f.name] = (f.name, f.type, spec, member)
+    return [(name, typ, spec) for name, typ, spec, _ in out.values()]
