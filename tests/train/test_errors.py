@@ -66,8 +66,10 @@ def test_val_split_too_short(make_trainer, tmp_path):
         w.append("val", np.arange(20) % 50)
     with pytest.raises(ValueError, match="block_size 32 is too long for dataset 'fineweb' val"):
         make_trainer(root=str(tmp_path))
-    # without validation the short val split is fine
-    make_trainer(config(training={"validation": False}), root=str(tmp_path))
+    # without validation and evaluations (which read the val split too) the short val split is fine
+    with pytest.raises(ValueError, match="block_size 32 is too long for dataset 'fineweb' val"):
+        make_trainer(config(training={"validation": False}), root=str(tmp_path))
+    make_trainer(config(training={"validation": False, "evaluate": False}), root=str(tmp_path))
 
 
 def test_autobatch_without_a_dividing_candidate(make_trainer, monkeypatch):

@@ -35,7 +35,7 @@ def test_train_30_steps_loss_falls_with_cadence(make_trainer, tmp_path):
 
     assert [s for s, _ in reports] == [5, 10, 15, 20, 25, 30]
     for step, metrics in reports:
-        expected = TRAIN_KEYS | ({"val/loss"} if step % 10 == 0 else set())
+        expected = TRAIN_KEYS | ({"val/loss", "val/fineweb/loss"} if step % 10 == 0 else set())
         assert set(metrics) == expected, (step, sorted(metrics))
         assert metrics["train/tokens"] == step * 8 * 32
         assert metrics["train/tokens_per_second"] > 0 and metrics["train/mfu"] > 0
@@ -172,14 +172,13 @@ def test_validate_and_save_callbacks(make_trainer, tmp_path):
 
 def test_cpu_peak_cached_once(tmp_path, monkeypatch):
     from theseus.train import mfu
-    from theseus.train import trainer as trainer_mod
 
     calls = []
     monkeypatch.setattr(mfu, "measure_cpu_peak", lambda dtype="float32", **k: calls.append(dtype) or 1.5e11)
     path = str(tmp_path / "meta" / "cpu_peak")
-    assert trainer_mod.cached_cpu_peak(path, "cpu", "bfloat16") == 1.5e11
-    assert trainer_mod.cached_cpu_peak(path, "cpu", "bfloat16") == 1.5e11
-    assert trainer_mod.cached_cpu_peak(path, "cpu", "float32") == 1.5e11
+    assert mfu.cached_cpu_peak(path, "cpu", "bfloat16") == 1.5e11
+    assert mfu.cached_cpu_peak(path, "cpu", "bfloat16") == 1.5e11
+    assert mfu.cached_cpu_peak(path, "cpu", "float32") == 1.5e11
     assert calls == ["bfloat16", "float32"]
     assert json.loads(open(f"{path}/cpu-bfloat16.json").read()) == {"cpu/bfloat16": 1.5e11}
     assert json.loads(open(f"{path}/cpu-float32.json").read()) == {"cpu/float32": 1.5e11}
@@ -206,5 +205,5 @@ def test_validation_only_steps_report_only_val_loss(make_trainer):
                            on_report=lambda s, m: reports.append((s, sorted(m))))
     trainer.train(until=8)
     assert [s for s, _ in reports] == [4, 6, 8]
-    assert reports[1][1] == ["val/loss"]
+    assert reports[1][1] == ["val/fineweb/loss", "val/loss"]
     assert set(reports[0][1]) == TRAIN_KEYS and set(reports[2][1]) == TRAIN_KEYS

@@ -98,7 +98,7 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
     wanted = [r for r in records if r["key"] == schema.CHECKPOINT and (nonce is None or r["nonce"] == nonce)]
     checked = check_checkpoints(fs, base, wanted, verify_checksums, threads, problems)
     runs = _runs(fs, base, _run_rows(audited), records, checkpoints, checked, known, problems)
-    referenced = {folder_of(path) for path in checkpoints.values()}
+    referenced = {folder_of(path) for path in checkpoints.values()} | _artifact_folders(records)
     unreferenced = _unreferenced(fs, base, referenced, nonce, problems)
     if nonce is None:
         problems += _temporaries(fs, base) + _stray_folders(fs, base)
@@ -153,7 +153,8 @@ def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0
         bad = ", ".join(p.path for p in problems)
         raise ValueError(f"gc refuses to run: log segments cannot be read ({bad}), so the objects they may "
                          "reference are unknown; see `theseus audit` and repair or remove them first")
-    referenced = {folder_of(r["value"]) for r in _reserved(log) if r["key"] == schema.CHECKPOINT}
+    records = _reserved(log)
+    referenced = {folder_of(r["value"]) for r in records if r["key"] == schema.CHECKPOINT} | _artifact_folders(records)
     deleted, kept, freed = [], [], 0
     found: list[Problem] = []
     candidates = _unreferenced(fs, base, referenced, None, found)
@@ -534,6 +535,11 @@ def _diff(before: dict, after: dict) -> tuple[Change, ...]:
 # objects no record references
 
 
+def _artifact_folders(records: list[dict]) -> set[str]:
+    """The folders that artifacts records name (published analyses): gc keeps them."""
+    return {folder_of(r["value"]) for r in records if r["key"] == schema.ARTIFACTS and r["value"]}
+
+
 def _unreferenced(fs, base: str, referenced: set[str], nonce: str | None, problems: list[Problem]) -> list[str]:
     """``objects/<name>`` folders no checkpoint record references (of run ``nonce`` only, when given)."""
     folder = f"{base}/{OBJECTS}"
@@ -645,8 +651,8 @@ def _keep(fs, base: str, name: str, nonce: str, rel: str) -> str | None:
     log = _read_segments(fs, base, paths, problems)
     if problems:
         return problems[0].message
-    if rel in {folder_of(p) for p in log.filter(pl.col("key") == schema.CHECKPOINT)["str"].to_list()}:
-        return "a checkpoint record references it now"
+    if rel in {folder_of(p) for p in log.filter(pl.col("key").is_in(schema.FOLDER_KEYS))["str"].to_list()}:
+        return "a checkpoint or artifacts record references it now"
     return None
 
 

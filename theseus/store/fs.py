@@ -431,6 +431,21 @@ def remove_tree(location: str) -> None:
         fs.rm(path, recursive=True)
 
 
+def remove_tree_except(location: str, keep: str) -> None:
+    """Delete everything in the folder at ``location`` except its entry named ``keep`` (no error if absent).
+
+    >>> import tempfile; d = tempfile.mkdtemp(); write_atomic(d + "/a", b"1"); write_atomic(d + "/k/b", b"2")
+    >>> remove_tree_except(d, "k"); exists(d + "/a"), exists(d + "/k/b")
+    (False, True)
+    """
+    fs, path = fsspec.core.url_to_fs(location)
+    if not fs.exists(path):
+        return
+    for entry in fs.ls(path, detail=False):
+        if entry.rstrip("/").rsplit("/", 1)[-1] != keep:
+            fs.rm(entry, recursive=True)
+
+
 def hash_file(location: str) -> tuple[int, str]:
     """(size, sha256 hex) of the file at ``location``, streamed in blocks.
 

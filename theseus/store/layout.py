@@ -31,6 +31,7 @@ MANIFEST = "MANIFEST.json"
 CONFIG_FILE = "config.yaml"
 JOB_FILE = "job.json"
 RNG_FILE = "rng.json"
+ANALYSIS = "analysis"  # folder of the files analyses publish; a checkpoint of the node never clears it
 PROCESS_LOGS = "logs"  # folder of each process's output, from a dispatched launch
 
 

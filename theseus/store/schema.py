@@ -23,7 +23,11 @@ ERROR = "_error"
 FINISHED = "_finished"
 CHECKPOINT = "_checkpoint"
 CLAIM = "_claim"  # a resume's claim to continue a lineage at this node (see store.claim)
-RESERVED = {JOB: "str", CONFIG: "str", STATUS: "str", ERROR: "str", FINISHED: "bool", CHECKPOINT: "str", CLAIM: "str"}
+ARTIFACTS = "_artifacts"  # the node's artifact folder holds published files (analyses): gc keeps it
+RESERVED = {JOB: "str", CONFIG: "str", STATUS: "str", ERROR: "str", FINISHED: "bool", CHECKPOINT: "str", CLAIM: "str",
+            ARTIFACTS: "str"}
+#: reserved keys whose value is a root-relative folder that gc must keep
+FOLDER_KEYS = (CHECKPOINT, ARTIFACTS)
 
 TYPES = ("float", "int", "bool", "str")
 

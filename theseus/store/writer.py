@@ -100,6 +100,7 @@ _CHECKPOINT = Shape((schema.CHECKPOINT,), ("str",))
 _FINISHED = Shape((schema.FINISHED, schema.STATUS), ("bool", "str"))
 _FAILED = Shape((schema.FINISHED, schema.STATUS, schema.ERROR), ("bool", "str", "str"))
 _CLAIM = Shape((schema.CLAIM,), ("str",))
+_ARTIFACTS = Shape((schema.ARTIFACTS,), ("str",))
 
 
 class Writer:
@@ -221,6 +222,27 @@ class Writer:
             raise ValueError(
                 f"checkpoint path must be relative to the root (e.g. 'objects/<id>'), got {path!r}") from None
         self._commit(node, _CHECKPOINT, (_text("checkpoint path", path),))
+
+    def artifacts(self, node: Node, path: str) -> None:
+        """Record that ``node``'s artifact folder (root-relative ``path``) holds published files; durable on return.
+
+        Write it after the files are published (commit order); ``theseus gc`` keeps a folder
+        such a record names, as it keeps a checkpoint's.
+
+        >>> import tempfile
+        >>> from theseus.store import Store
+        >>> store, node = Store(tempfile.mkdtemp()), Node.start("doc-artifacts")
+        >>> with store.writer() as w:
+        ...     w.artifacts(node, f"objects/{node.id}")
+        >>> store.record(node)["_artifacts"] == f"objects/{node.id}"
+        True
+        """
+        try:
+            trust.checkpoint_path(path)  # the rule every reader of a folder record applies
+        except ValueError:
+            raise ValueError(
+                f"artifact path must be relative to the root (e.g. 'objects/<id>'), got {path!r}") from None
+        self._commit(node, _ARTIFACTS, (_text("artifact path", path),))
 
     def finished(self, node: Node) -> None:
         """Mark the run finished at ``node``; durable on return."""

@@ -46,7 +46,7 @@ import tensorstore as ts
 from jax.experimental import multihost_utils
 
 from theseus.store import fs as rootfs
-from theseus.store.layout import MANIFEST
+from theseus.store.layout import ANALYSIS, MANIFEST
 from theseus.train import manifest as mf
 from theseus.train.sharding import key_path_names
 
@@ -376,9 +376,10 @@ class Checkpointer:
         tag = f"{self._saves}-{hashlib.sha256(folder.encode()).hexdigest()[:16]}"
         plans, treedef = _plan(state, process_index)
         # a folder without a manifest is the garbage of an interrupted save (nothing may
-        # reference it, by the commit order): clear it before anyone writes
+        # reference it, by the commit order): clear it before anyone writes, but never the
+        # files analyses published there, which their own record references
         if process_index == 0:
-            rootfs.remove_tree(folder)
+            rootfs.remove_tree_except(folder, ANALYSIS)
         _barrier(tag, "cleared", process_count, self._barrier_timeout_s)
 
         def run() -> None:

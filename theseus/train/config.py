@@ -1,18 +1,19 @@
-"""Typed config tree of the `gpt/train/pretrain` job, with the seed's defaults.
+"""The config sections of a training job that are not a part's, the checks run before any device work, loading.
 
-`OmegaConf.structured(PretrainConfig)` is the job's default config; its sections
-print in the seed's order (architecture, eval, tokenizer, data, optimization,
-training, logging), then `shard`. `load_config` merges user values on top and
-returns a struct-mode DictConfig, so a typo is an error that names the key.
+A training job's config (`theseus.train.recipe.Recipe.Config`) is these sections
+(`eval`, `tokenizer`, `data`, `training`, `logging`, `shard`) with the parts'
+sections (`architecture`, `optimization`, `loss`, ...) in the seed's order.
+`load_config(config, schema)` merges user values on top of the defaults and
+returns a struct-mode DictConfig, so a typo is an error that names the key;
+`check_config` refuses values no run can use, and settings that are not
+implemented, before a device is touched.
 
->>> from omegaconf import OmegaConf
->>> cfg = OmegaConf.structured(PretrainConfig)
+>>> from theseus.train.recipe import Recipe
+>>> cfg = load_config({"architecture": {"n_embd": 128}}, Recipe.Config)
 >>> list(cfg)
-['architecture', 'eval', 'tokenizer', 'data', 'optimization', 'training', 'logging', 'shard']
->>> cfg.training.batch_size, cfg.architecture.dtype.activation, cfg.data.dataset
-(512, 'bfloat16', 'fineweb')
->>> load_config({"architecture": {"n_embd": 128}}).architecture.n_embd
-128
+['architecture', 'eval', 'tokenizer', 'data', 'optimization', 'training', 'logging', 'shard', 'loss']
+>>> cfg.architecture.n_embd, cfg.training.batch_size, cfg.data.dataset
+(128, 512, 'fineweb')
 """
 
 from __future__ import annotations
@@ -24,9 +25,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-
-from theseus.data.tokenizer import TokenizerConfig
-from theseus.model.config import GPTConfig
 
 
 @dataclasses.dataclass
@@ -112,26 +110,6 @@ class DataConfig:
 
 
 @dataclasses.dataclass
-class OptimizationConfig:
-    """`optimization`: AdamW and its warmup-stable-decay learning-rate schedule.
-
-    `warmup_pct`, `decay_pct` and `final_lr_frac` shape the schedule
-    (`theseus.train.optimizer.wsd_schedule`) over the run's total steps.
-
-    >>> OptimizationConfig().lr
-    0.0003
-    """
-
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    lr: float = 0.0003
-    warmup_pct: float = 0.005
-    decay_pct: float = 0.01
-    final_lr_frac: float = 0.01
-
-
-@dataclasses.dataclass
 class TrainingConfig:
     """`training`: global batch, micro-batch (-1 probes), token budget, validation.
 
@@ -181,25 +159,6 @@ class ShardSection:
     zero: bool = True
 
 
-@dataclasses.dataclass
-class PretrainConfig:
-    """The whole `gpt/train/pretrain` config tree.
-
-    >>> from omegaconf import OmegaConf
-    >>> OmegaConf.structured(PretrainConfig).logging.checkpoint_interval
-    1024
-    """
-
-    architecture: ArchitectureConfig = dataclasses.field(default_factory=ArchitectureConfig)
-    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
-    tokenizer: TokenizerConfig = dataclasses.field(default_factory=TokenizerConfig)
-    data: DataConfig = dataclasses.field(default_factory=DataConfig)
-    optimization: OptimizationConfig = dataclasses.field(default_factory=OptimizationConfig)
-    training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
-    logging: LoggingConfig = dataclasses.field(default_factory=LoggingConfig)
-    shard: ShardSection = dataclasses.field(default_factory=ShardSection)
-
-
 def _keys(node: Any, prefix: str = "") -> list[str]:
     """Every dotted key of a DictConfig."""
     out = []
@@ -212,21 +171,22 @@ def _keys(node: Any, prefix: str = "") -> list[str]:
     return out
 
 
-def load_config(config: Any = None) -> DictConfig:
-    """The defaults with ``config`` merged on top, as a struct-mode DictConfig.
+def load_config(config: Any, schema: type, job: str = "gpt/train/pretrain") -> DictConfig:
+    """The defaults of ``schema`` (a job's config dataclass) with ``config`` merged on top, in struct mode.
 
-    ``config`` may be None, a ``PretrainConfig``, a dict / DictConfig (partial trees
+    ``config`` may be None, a dataclass instance, a dict / DictConfig (partial trees
     are fine) or a YAML string. An unknown key or a value of the wrong type is a
     ValueError naming the key (and close matches).
 
-    >>> load_config("training: {batch_size: 8}").training.batch_size
+    >>> from theseus.train.recipe import Recipe
+    >>> load_config("training: {batch_size: 8}", Recipe.Config).training.batch_size
     8
-    >>> load_config({"training": {"batch_sise": 8}})
+    >>> load_config({"training": {"batch_sise": 8}}, Recipe.Config)
     Traceback (most recent call last):
     ...
     ValueError: config key 'training.batch_sise' is not a gpt/train/pretrain setting; did you mean training.batch_size?
     """
-    base = OmegaConf.structured(PretrainConfig)
+    base = OmegaConf.structured(schema)
     if config is None:
         merged = base
     else:
@@ -237,7 +197,7 @@ def load_config(config: Any = None) -> DictConfig:
         elif isinstance(config, Mapping) and not isinstance(config, DictConfig):
             config = OmegaConf.create(dict(config))
         if not isinstance(config, DictConfig):
-            raise TypeError(f"config must be a mapping, DictConfig, PretrainConfig or YAML string, got {type(config)}")
+            raise TypeError(f"config must be a mapping, DictConfig, dataclass or YAML string, got {type(config)}")
         try:
             merged = OmegaConf.merge(base, config)
         except OmegaConfBaseException as error:
@@ -246,28 +206,92 @@ def load_config(config: Any = None) -> DictConfig:
             if key and key not in known:
                 close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
-                raise ValueError(f"config key {key!r} is not a gpt/train/pretrain setting{hint}") from None
+                raise ValueError(f"config key {key!r} is not a {job} setting{hint}") from None
             msg = str(error).splitlines()[0]
             raise ValueError(f"config value for {key!r} is invalid: {msg}") from None
     OmegaConf.set_struct(merged, True)
     return merged
 
 
-def gpt_config(config: Any) -> GPTConfig:
-    """The GPTConfig of a (loaded or raw) config's `architecture` section.
+class NotImplementedSetting(ValueError):
+    """A config key set to a value whose behaviour is not implemented yet (the default is accepted).
 
-    >>> gpt_config(load_config({"architecture": {"n_embd": 64, "n_head": 4}})).head_dim
-    16
+    >>> issubclass(NotImplementedSetting, ValueError)
+    True
     """
-    config = load_config(config) if not isinstance(config, DictConfig) else config
-    return GPTConfig.from_mapping(OmegaConf.to_container(config.architecture, resolve=True))
 
 
-def to_yaml(config: Any) -> str:
+#: keys whose only implemented value is their default, and what to do instead
+NOT_IMPLEMENTED = {
+    "eval.length": "evaluations read architecture.block_size tokens",
+    "logging.remote": "runs are watched from their root (`theseus ls`, `theseus plot`)",
+    "architecture.instrumentation.residual": "inspect any layer with trainer.debug(path) instead",
+    "architecture.instrumentation.components": "inspect any layer with trainer.debug(path) instead",
+}
+#: keys that the schedule reads elsewhere: setting them is an error rather than silently ignored
+SCHEDULE_KEYS = {"training.warmup_pct": "optimization.warmup_pct", "training.decay_pct": "optimization.decay_pct"}
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def check_config(cfg: DictConfig, schema: type) -> None:
+    """Refuse what no run of this config can use, before any device work.
+
+    Checks positive sizes and intervals, ``validation_steps >= 0``,
+    ``per_device_batch_size`` (-1 probes, else positive), a token budget of at least
+    one step, and that no key whose behaviour is not implemented
+    (`NOT_IMPLEMENTED`, `SCHEDULE_KEYS`) differs from its default: ``training.warmup_pct``
+    and ``training.decay_pct`` are the seed's, but the schedule reads
+    ``optimization.warmup_pct`` / ``decay_pct``, so setting the ``training`` pair
+    raises instead of doing nothing.
+
+    >>> from theseus.train.recipe import Recipe
+    >>> cfg = load_config({"logging": {"remote": True}}, Recipe.Config)
+    >>> try:
+    ...     check_config(cfg, Recipe.Config)
+    ... except NotImplementedSetting as e:
+    ...     print(str(e).split(" (")[0])
+    logging.remote=True is not implemented yet
+    """
+    defaults = OmegaConf.structured(schema)
+    for key, instead in NOT_IMPLEMENTED.items():
+        value, default = OmegaConf.select(cfg, key), OmegaConf.select(defaults, key)
+        if value != default:
+            raise NotImplementedSetting(f"{key}={value} is not implemented yet ({instead}); leave it at {default}")
+    for key, used in SCHEDULE_KEYS.items():
+        value, default = OmegaConf.select(cfg, key), OmegaConf.select(defaults, key)
+        if value != default and OmegaConf.select(cfg, used) is not None:
+            raise ValueError(f"{key}={value} is not read by the schedule: the learning-rate schedule reads {used} "
+                             f"(now {OmegaConf.select(cfg, used)}); set that instead and leave {key} at {default}")
+        if value != default:
+            raise NotImplementedSetting(f"{key}={value} is not implemented for this job's schedule "
+                                        f"(it has no {used}); leave it at {default}")
+    training = cfg.training
+    B = _positive_int("training.batch_size", training.batch_size)
+    _positive_int("training.tokens", training.tokens)
+    for name in ("report_interval", "checkpoint_interval", "validation_interval"):
+        _positive_int(f"logging.{name}", getattr(cfg.logging, name))
+    if training.validation_steps < 0:
+        raise ValueError(f"training.validation_steps must be >= 0, got {training.validation_steps}")
+    requested = training.per_device_batch_size
+    if isinstance(requested, bool) or (requested != -1 and requested <= 0):
+        raise ValueError(f"training.per_device_batch_size must be -1 (probe) or positive, got {requested}")
+    T = _positive_int("architecture.block_size", cfg.architecture.block_size)
+    if int(training.tokens) // (B * T) < 1:
+        raise ValueError(f"training.tokens {training.tokens} is less than one step of batch_size {B} * block_size "
+                         f"{T} = {B * T} tokens")
+    _positive_int("architecture.vocab_size", cfg.architecture.vocab_size)
+
+
+def to_yaml(config: DictConfig) -> str:
     """The config as YAML (what a checkpoint's `config.yaml` holds).
 
-    >>> to_yaml(load_config()).splitlines()[0]
+    >>> from theseus.train.recipe import Recipe
+    >>> to_yaml(load_config(None, Recipe.Config)).splitlines()[0]
     'architecture:'
     """
-    config = load_config(config) if not isinstance(config, DictConfig) else config
     return OmegaConf.to_yaml(config)

@@ -1,4 +1,15 @@
-"""The registered training job: ``gpt/train/pretrain``, a Trainer whose every step is a node."""
+"""The registered training job ``gpt/train/pretrain``: a recipe trained by the Trainer, every step a node.
+
+``Pretrain`` is `theseus.train.recipe.Recipe` (the seed's GPT, data, AdamW, WSD,
+cross-entropy and per-dataset validation loss) with the store around it. A subclass
+that replaces parts is a new training job::
+
+    @job("mylab/train/mix", "Pretrain on a 70/30 mixture with Lion and a cosine schedule.")
+    class Mix(Pretrain):
+        DATA = [Sampling("pydoc", 0.7), Sampling("addition", 0.3)]
+        OPTIMIZER = optimizers.Lion
+        SCHEDULE = schedules.Cosine
+"""
 
 from __future__ import annotations
 
@@ -9,11 +20,11 @@ from theseus import config as configs
 from theseus.jobs import Job, _NullWriter, job
 from theseus.store import EmptyResult, Node, layout, schema, trust
 from theseus.store import fs as rootfs
-from theseus.train.config import PretrainConfig
+from theseus.train.recipe import Recipe
 
 
 @job("gpt/train/pretrain", "Pretrain a GPT on a tokenized dataset; every step a node, checkpoints in objects/.")
-class Pretrain(Job):
+class Pretrain(Recipe, Job):
     """Pretrain a GPT on ``<root>/data/<data.dataset>``: the node at seq k holds the state after k steps.
 
     Reports land on their step's node, checkpoints under ``objects/<node-id>/``
@@ -24,8 +35,6 @@ class Pretrain(Job):
     >>> Pretrain.key
     'gpt/train/pretrain'
     """
-
-    Config = PretrainConfig
 
     def setup(self) -> None:
         """Validate, build the trainer (autobatch when asked) and initialise or restore its state."""
@@ -52,9 +61,11 @@ class Pretrain(Job):
         self.trainer = Trainer(
             self.config,
             self.store.root,
+            recipe=self,
             on_report=self._report,
             on_checkpoint=self._committed,
             folder_fn=self._folder_at,
+            write_artifact=self._write_artifact,
             sidecars=self._sidecars,
             log=self.log,
         )
@@ -91,7 +102,7 @@ class Pretrain(Job):
         if self.primary and rootfs.exists(rootfs.join(folder, layout.MANIFEST)) and not self._references(node):
             self.log.warning(f"CHECKPOINT | {folder} holds a complete checkpoint no record references "
                              "(left by a crash before its commit); replacing it")
-            rootfs.remove_tree(folder)
+            rootfs.remove_tree_except(folder, layout.ANALYSIS)  # published analyses have their own record
         return folder
 
     def _references(self, node: Node) -> bool:
@@ -111,6 +122,16 @@ class Pretrain(Job):
         node = self._node_at(step)
         if self.writer is not None:
             self.writer.checkpoint(node, layout.objects(node.id))
+
+    def _write_artifact(self, step: int, name: str, data: bytes) -> str:
+        """Publish ``data`` as ``analysis/<name>`` in ``step``'s node folder, then record that folder (commit order)."""
+        node = self._node_at(step)
+        relative = f"{layout.objects(node.id)}/{layout.ANALYSIS}/{name}"
+        if self.primary:
+            rootfs.publish(self.store.fs, f"{self.store.objects(node)}/{layout.ANALYSIS}/{name}", bytes(data))
+            if self.writer is not None:
+                self.writer.artifacts(node, layout.objects(node.id))
+        return relative
 
     def _sidecars(self, step: int) -> dict[str, str]:
         node = self._node_at(step)

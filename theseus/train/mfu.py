@@ -7,11 +7,16 @@
 0.8493
 """
 
+import json
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from loguru import logger
+
+from theseus.store.fs import read_bytes, write_atomic
 
 # Dense (no sparsity) peak FLOP/s per chip. "float32" is the rate of the unit XLA uses
 # for a float32 matmul at default precision: TF32 tensor cores on NVIDIA Ampere and
@@ -138,3 +143,38 @@ def mfu(tokens_per_second: float, flops_per_token: float, peak: float) -> float:
     if peak is None or not peak > 0:
         raise ValueError(f"peak FLOP/s must be positive, got {peak!r}")
     return tokens_per_second * flops_per_token / peak
+
+
+def _load_peak_file(path: str) -> dict[str, float]:
+    try:
+        data = json.loads(read_bytes(path))
+    except (OSError, ValueError):  # missing or unreadable: measure again
+        return {}
+    return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float))} if isinstance(data, dict) else {}
+
+
+def cached_cpu_peak(path: str, device_kind: str, dtype: str, log: Any = logger) -> float:
+    """The measured matmul peak of this CPU for ``dtype``: read from the folder ``path`` or measured once.
+
+    Each measurement is its own small JSON file (``<device kind>-<dtype>.json``),
+    written once and never modified, like everything else in a root.
+
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "meta", "cpu_peak")
+    >>> first = cached_cpu_peak(path, "cpu", "float32")
+    >>> cached_cpu_peak(path, "cpu", "float32") == first
+    True
+    """
+    key = f"{device_kind}/{dtype}"
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{device_kind}-{dtype}")
+    file = f"{path}/{name}.json"
+    cached = _load_peak_file(file).get(key)
+    if cached:
+        return cached
+    peak = measure_cpu_peak(dtype)
+    log.info(f"MFU | measured {key} matmul peak {peak / 1e9:.1f} GFLOP/s, cached in {file}")
+    try:
+        write_atomic(file, json.dumps({key: peak}, indent=2, sort_keys=True).encode())
+    except OSError as error:  # a read-only root still trains
+        log.warning(f"MFU | could not cache the CPU peak in {file}: {error}")
+    return peak

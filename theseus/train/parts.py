@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import typing
 from typing import Any, ClassVar
 
 __all__ = ["KINDS", "Part", "get_part", "part", "parts", "section_fields"]
@@ -136,6 +137,7 @@ def section_fields(members: list[type[Part]], section: str) -> list[tuple[str, A
     for member in members:
         if member.Config is None or member.section != section:
             continue
+        hints = typing.get_type_hints(member.Config)  # real types: OmegaConf cannot resolve string annotations here
         for f in dataclasses.fields(member.Config):
             spec = dataclasses.field(default=f.default) if f.default is not dataclasses.MISSING else \
                 dataclasses.field(default_factory=f.default_factory)
@@ -143,9 +145,9 @@ def section_fields(members: list[type[Part]], section: str) -> list[tuple[str, A
                 _, prior_type, prior_spec, owner = out[f.name]
                 same_default = (prior_spec.default == spec.default
                                 and prior_spec.default_factory == spec.default_factory)
-                if prior_type != f.type or not same_default:
+                if prior_type != hints[f.name] or not same_default:
                     raise TypeError(f"config key {section}.{f.name} is declared differently by parts "
                                     f"{owner.kind}/{owner.name} and {member.kind}/{member.name}")
                 continue
-            out[f.name] = (f.name, f.type, spec, member)
+            out[f.name] = (f.name, hints[f.name], spec, member)
     return [(name, typ, spec) for name, typ, spec, _ in out.values()]

@@ -101,7 +101,7 @@ def _check_batch(batch: dict) -> None:
         raise ValueError(f"batch is missing keys {missing}; expected {list(BATCH_KEYS)}, got {sorted(batch)}")
 
 
-def make_grad_fn(model: nn.Module, accum_steps: int = 1, *, dropout: bool | None = None):
+def make_grad_fn(model: nn.Module, accum_steps: int = 1, *, dropout: bool | None = None, token_loss=cross_entropy):
     """Build `grad_fn(params, batch, rng) -> (loss, grads, tokens)` with gradient accumulation.
 
     `batch` is split into `accum_steps` micro-batches (`split_micro_batches`) and
@@ -110,6 +110,8 @@ def make_grad_fn(model: nn.Module, accum_steps: int = 1, *, dropout: bool | None
     (the mean masked token loss) and `grads` (float32 sums, cast to the param dtype)
     equal those of one big batch. Micro-batch i uses dropout key
     `jax.random.fold_in(rng, i)`. `dropout=None` means "when model.config.dropout > 0".
+    `token_loss(logits, y) -> [B, T]` is the per-token loss (a recipe's loss part;
+    default next-token cross-entropy).
 
     >>> import jax, jax.numpy as jnp
     >>> from theseus.model import GPT, GPTConfig
@@ -137,7 +139,7 @@ def make_grad_fn(model: nn.Module, accum_steps: int = 1, *, dropout: bool | None
         def micro_loss(p, x, y, m, key):
             rngs = {"dropout": key} if dropout else None
             logits = model.apply({"params": p}, x, deterministic=not dropout, rngs=rngs)
-            return jnp.sum(cross_entropy(logits, y) * m) / denom
+            return jnp.sum(token_loss(logits, y) * m) / denom
 
         value_and_grad = jax.value_and_grad(micro_loss)
 
@@ -168,6 +170,7 @@ def make_train_step(
     *,
     schedule=None,
     dropout: bool | None = None,
+    token_loss=cross_entropy,
 ):
     """Build `train_step(state, batch, rng) -> (state, metrics)`, a pure function to jit.
 
@@ -182,6 +185,7 @@ def make_train_step(
       clipping), `tokens` (number of masked-in tokens), and `lr` = schedule(step) when a
       schedule is given (the rate this update used).
     - `dropout`: run the model with dropout; None means "when model.config.dropout > 0".
+    - `token_loss(logits, y) -> [B, T]`: the per-token loss (default cross-entropy).
 
     Jit it with the state donated: `jax.jit(train_step, donate_argnums=0)`.
 
@@ -195,7 +199,7 @@ def make_train_step(
     >>> float(m["loss"]) > 0
     True
     """
-    grad_fn = make_grad_fn(model, accum_steps, dropout=dropout)
+    grad_fn = make_grad_fn(model, accum_steps, dropout=dropout, token_loss=token_loss)
 
     def train_step(state, batch, rng):
         params = state["params"]

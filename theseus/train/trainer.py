@@ -1,15 +1,17 @@
-"""The GPT pretraining loop: validation, topology, autobatch, state, batches, reports, checkpoints.
+"""The training loop of any recipe: state, batches, steps, reports, evaluations, checkpoints.
 
-The trainer knows nothing of the event store or of jobs: it talks to the outside
-through callbacks.
+The trainer knows nothing of the event store or of jobs: it reads a recipe
+(`theseus.train.recipe.Recipe`: model, data, optimizer, schedule, loss,
+evaluations) and talks to the outside through callbacks.
 
 - ``on_report(step, metrics)``: every ``logging.report_interval`` steps (and the last
   step of a ``train()`` call) with ``train/loss``, ``train/lr``, ``train/grad_norm``,
-  ``train/tokens``, ``train/mfu``, ``train/tokens_per_second``; with ``val/loss``
-  every ``logging.validation_interval`` steps (a validation-only step reports only
-  ``val/loss``). ``step`` is the number of updates applied: the node at seq ``step``.
-  Metrics are fetched from the device one step late, so the next step is already
-  running while the callback works.
+  ``train/tokens``, ``train/mfu``, ``train/tokens_per_second``; every
+  ``logging.validation_interval`` steps and at the last step also ``val/loss`` and the
+  metrics of the recipe's evaluations and analyses (a validation-only step reports
+  only those). ``step`` is the number of updates applied: the node at seq ``step``.
+  Train metrics are fetched from the device one step late, so the next step is
+  already running while the callback works.
 - ``on_checkpoint(step, folder)``: after the checkpoint of ``step`` in ``folder``
   (from ``folder_fn(step)``) is committed (MANIFEST.json published), on the
   trainer's thread; before the next save starts, and at the latest when ``train()`` /
@@ -23,8 +25,8 @@ through callbacks.
 >>> trainer.total_steps, trainer.batch()["x"].shape
 (3, (4, 16))
 >>> trainer.train()
->>> [s for s, _ in seen], seen[-1][1][-1]
-([1, 2, 3], 'val/loss')
+>>> [s for s, _ in seen], seen[-1][1][-2:]
+([1, 2, 3], ['val/fineweb/loss', 'val/loss'])
 """
 
 from __future__ import annotations
@@ -32,12 +34,11 @@ from __future__ import annotations
 import collections
 import json
 import os
-import queue
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import fsspec
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -48,149 +49,50 @@ from omegaconf import DictConfig
 from theseus.data.loader import Loader
 from theseus.data.store import open_dataset
 from theseus.model.debug import DebugResult, capture, find_modules, normalize_path
-from theseus.model.gpt import GPT, count_params
+from theseus.model.gpt import count_params
 from theseus.model.layers.mlp import MLP
-from theseus.store.fs import write_atomic
+from theseus.store import fs as rootfs
 from theseus.store.layout import CONFIG_FILE, RNG_FILE
 from theseus.train import autobatch, mfu
 from theseus.train import checkpoint as ckpt
-from theseus.train.config import gpt_config, load_config, to_yaml
-from theseus.train.optimizer import make_optimizer, wsd_schedule
+from theseus.train.checkpointing import Checkpoints
+from theseus.train.config import load_config, to_yaml
+from theseus.train.evaluations import EvalContext
+from theseus.train.example import tiny_example
+from theseus.train.plan import TrainingPlan
 from theseus.train.progress import TrainProgress
+from theseus.train.recipe import Recipe
+from theseus.train.rng import init_key, key_from_json, key_to_json
 from theseus.train.sharding import DATA, ShardConfig, data_sharding, describe, make_mesh, state_shardings
 from theseus.train.step import BATCH_KEYS, init_state, make_eval_step, make_train_step
 
-RNG_FORMAT = "theseus.rng/1"
-# the parameter-init key is fold_in(base, INIT_SALT); step k uses fold_in(base, k) (k < INIT_SALT)
-INIT_SALT = 2**31 - 1
+__all__ = ["Trainer", "tiny_example"]
 
+_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 ReportFn = Callable[[int, dict[str, Any]], Any]
 CheckpointFn = Callable[[int, str], Any]
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
-def key_to_json(key: Any, seed: int | None = None) -> str:
-    """The ``rng.json`` sidecar of a base key: plain ints, no pickles.
-
-    >>> import jax
-    >>> key_to_json(jax.random.PRNGKey(3), seed=3)
-    '{"format": "theseus.rng/1", "impl": "threefry2x32", "seed": 3, "key": [0, 3]}'
-    """
-    data = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
-    ints = [int(v) for v in np.asarray(data).reshape(-1)]
-    return json.dumps({"format": RNG_FORMAT, "impl": "threefry2x32", "seed": seed, "key": ints})
-
-
-def key_from_json(text: str | bytes) -> jax.Array:
-    """The base key stored by `key_to_json`.
-
-    >>> import jax
-    >>> key_from_json(key_to_json(jax.random.PRNGKey(7))).tolist()
-    [0, 7]
-    """
-    data = json.loads(text)
-    if data.get("format") != RNG_FORMAT:
-        raise ValueError(f"not a theseus rng file (format {data.get('format')!r})")
-    return jnp.asarray(np.asarray(data["key"], dtype=np.uint32))
-
-
-def _read_text(path: str) -> str:
-    with fsspec.open(path, "r") as f:
-        return f.read()
-
-
-def _load_peak_cache(path: str) -> dict[str, float]:
-    try:
-        data = json.loads(_read_text(path))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError):
-        return {}
-    return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float))} if isinstance(data, dict) else {}
-
-
-def _write_json_atomic(path: str, data: dict) -> None:
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=True).encode())
-
-
-def cached_cpu_peak(path: str, device_kind: str, dtype: str, log: Any = logger) -> float:
-    """The measured matmul peak of this CPU for ``dtype``: read from the folder ``path`` or measured once.
-
-    Each measurement is its own small JSON file (``<device kind>-<dtype>.json``),
-    written once and never modified, like everything else in a root.
-
-    >>> import tempfile, os
-    >>> path = os.path.join(tempfile.mkdtemp(), "meta", "cpu_peak")
-    >>> first = cached_cpu_peak(path, "cpu", "float32")
-    >>> cached_cpu_peak(path, "cpu", "float32") == first
-    True
-    """
-    key = f"{device_kind}/{dtype}"
-    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{device_kind}-{dtype}")
-    file = f"{path}/{name}.json"
-    cached = _load_peak_cache(file).get(key)
-    if cached:
-        return cached
-    peak = mfu.measure_cpu_peak(dtype)
-    log.info(f"MFU | measured {key} matmul peak {peak / 1e9:.1f} GFLOP/s, cached in {file}")
-    try:
-        _write_json_atomic(file, {key: peak})
-    except OSError as error:  # a read-only root still trains
-        log.warning(f"MFU | could not cache the CPU peak in {file}: {error}")
-    return peak
-
-
-def tiny_example(root: str | None = None, dataset: str = "fineweb", tokens: int = 20_000,
-                 vocab: int = 128) -> tuple[str, dict]:
-    """A root holding a small synthetic contiguous dataset, and a tiny config that trains on it in seconds.
-
-    The tokens follow a simple learnable pattern (so the loss falls); the config is
-    a 1-layer, 32-wide GPT, batch 4 x 16 tokens, 3 steps, validation on.
-
-    >>> root, config = tiny_example()
-    >>> config["architecture"]["n_embd"], config["training"]["batch_size"]
-    (32, 4)
-    """
-    import tempfile
-
-    from theseus.data.store import DatasetWriter
-
-    root = root or tempfile.mkdtemp(prefix="theseus-")
-    rng = np.random.default_rng(0)
-    pattern = (np.arange(tokens) * 7 + rng.integers(0, 3, tokens)) % vocab
-    with DatasetWriter(root, dataset, "contiguous", overwrite=True) as writer:
-        writer.append("train", pattern[: tokens * 9 // 10])
-        writer.append("val", pattern[tokens * 9 // 10:])
-    config = {
-        "architecture": {"n_embd": 32, "n_layers": 1, "n_head": 2, "block_size": 16, "vocab_size": vocab},
-        "data": {"dataset": dataset},
-        "training": {"batch_size": 4, "per_device_batch_size": 4, "tokens": 4 * 16 * 3, "validation_steps": 1},
-        "logging": {"report_interval": 1, "checkpoint_interval": 1, "validation_interval": 3},
-    }
-    return root, config
-
-
 class Trainer:
-    """Trains a GPT on ``<root>/data/<data.dataset><data.suffix>`` with the `gpt/train/pretrain` config.
+    """Trains a recipe's model on its data with the config of its job (`gpt/train/pretrain` by default).
 
-    Construction validates everything before any compute (config keys and types,
-    ``n_embd % n_head``, tensor parallelism vs heads and devices, the micro-batch
-    split, the token budget, the dataset and ``block_size`` against it), builds the
-    mesh, logs TOPOLOGY / BATCHING / STEPS / TOKENS, and with
-    ``per_device_batch_size=-1`` compiles the real step for each candidate size to
-    pick the largest that fits (``self.per_device_batch_size``).
+    Construction checks the config before any device work (`Recipe.check`: keys,
+    types, sizes, the model's shape, settings not implemented), builds the mesh and
+    the training plan (`TrainingPlan`: batching, steps, tokens; tensor parallelism vs
+    heads and devices, the micro-batch split), opens the data (a missing dataset
+    names its tokenize job; ``block_size`` must fit), lays the state out on the mesh,
+    logs TOPOLOGY / BATCHING / STEPS / TOKENS, and with ``per_device_batch_size=-1``
+    compiles the real step for each candidate size to pick the largest that fits.
 
-    Arguments beyond ``config`` (dict / DictConfig / PretrainConfig / YAML) and ``root``:
+    Arguments beyond ``config`` (dict / DictConfig / dataclass / YAML) and ``root``:
 
+    - ``recipe``: the parts to train with (a `Recipe` subclass or instance; default `Recipe`).
     - ``on_report(step, metrics)``, ``on_checkpoint(step, folder)``: see the module doc;
       also settable as attributes later.
     - ``folder_fn(step) -> folder``: where ``train()`` checkpoints step ``step``
       (None: no periodic checkpoints; ``save(folder)`` still works).
+    - ``write_artifact(step, name, data) -> path``: publishes a file an analysis of step ``step``
+      writes (the job puts it under ``objects/<node-id>/analysis/``); None: analyses cannot write files.
     - ``sidecars``: extra files for each checkpoint folder, a mapping name -> bytes/str
       or a callable ``step -> mapping`` (e.g. ``job.json``); ``rng.json`` and
       ``config.yaml`` are always written.
@@ -201,7 +103,7 @@ class Trainer:
       when stderr is a terminal), ``log`` (a loguru-like logger).
 
     Methods: ``init()``, ``restore(folder)``, ``batch()``, ``tick()``, ``train(until=None)``,
-    ``validate()``, ``save(folder)``, ``wait()``, ``find(ModuleType)``, ``debug(path)``, ``close()``.
+    ``validate()``, ``evaluate()``, ``save(folder)``, ``wait()``, ``find(ModuleType)``, ``debug(path)``, ``close()``.
 
     >>> root, config = tiny_example()
     >>> trainer = Trainer(config, root, peak_flops=1e12, progress=False)
@@ -216,10 +118,12 @@ class Trainer:
         config: Any,
         root: str,
         *,
+        recipe: Recipe | type[Recipe] | None = None,
         on_report: ReportFn | None = None,
         on_checkpoint: CheckpointFn | None = None,
         log: Any = logger,
         folder_fn: Callable[[int], str] | None = None,
+        write_artifact: Callable[[int, str, bytes], str] | None = None,
         sidecars: Mapping[str, bytes | str] | Callable[[int], Mapping[str, bytes | str]] | None = None,
         peak_cache: str | None = None,
         peak_flops: float | None = None,
@@ -230,84 +134,47 @@ class Trainer:
     ):
         self.log = log
         self.root = os.fspath(root).rstrip("/")
+        self.recipe = (recipe or Recipe)() if isinstance(recipe, type) or recipe is None else recipe
         self.on_report = on_report
-        self.on_checkpoint = on_checkpoint
-        self.folder_fn = folder_fn
+        self.write_artifact = write_artifact
         self.sidecars = sidecars
         self.peak_cache = peak_cache or f"{self.root}/meta/cpu_peak"
         self._peak = peak_flops
         self.progress = progress
         self.seed = int(seed)
 
-        # ---- validation, before any compute ---------------------------------------
-        self.config: DictConfig = load_config(config)
+        # ---- the config, checked before any device work ------------------------------
+        self.config: DictConfig = load_config(config, type(self.recipe).Config)
         cfg = self.config
-        self.model_config = gpt_config(cfg)  # n_embd % n_head, dtypes, sizes
-        T = self.model_config.block_size
-        B = _positive_int("training.batch_size", cfg.training.batch_size)
-        _positive_int("training.tokens", cfg.training.tokens)
-        for name in ("report_interval", "checkpoint_interval", "validation_interval"):
-            _positive_int(f"logging.{name}", getattr(cfg.logging, name))
-        if cfg.training.validation_steps < 0:
-            raise ValueError(f"training.validation_steps must be >= 0, got {cfg.training.validation_steps}")
+        self.recipe.check(cfg)
+
+        # ---- mesh and the plan's batch split (the micro-batch is probed below) -----------
+        arch = cfg.architecture
         self.shard = ShardConfig(tp=cfg.shard.tp, fsdp=cfg.shard.fsdp, zero=cfg.shard.zero,
-                                 n_head=self.model_config.n_head)  # tp must divide n_head
+                                 n_head=int(arch.n_head) if "n_head" in arch else None)  # tp must divide n_head
         self.mesh = make_mesh(self.shard.tp, devices)  # tp must divide the device count
-        dp = int(self.mesh.shape[DATA])
-        self.data_parallel = dp
+        self.data_parallel = int(self.mesh.shape[DATA])
+        self.plan = TrainingPlan.build(cfg, self.data_parallel)  # the split checks, before compiling anything
+        self.total_steps = self.plan.total_steps
 
-        requested = cfg.training.per_device_batch_size
-        if requested == -1:
-            candidates = [c for c in autobatch.candidates_from_env() if B % (c * dp) == 0]
-            if not candidates:
-                raise ValueError(
-                    f"training.batch_size {B} does not split into micro-batches of any autobatch candidate "
-                    f"{list(autobatch.candidates_from_env())} x {dp} data-parallel devices; set "
-                    f"training.per_device_batch_size or {autobatch.ENV_VAR}"
-                )
-        elif isinstance(requested, bool) or requested <= 0:
-            raise ValueError(f"training.per_device_batch_size must be -1 (probe) or positive, got {requested}")
-        elif B % (requested * dp) != 0:
-            raise ValueError(
-                f"training.batch_size {B} does not split into micro-batches of per_device_batch_size {requested} "
-                f"x {dp} data-parallel devices = {requested * dp} rows ({B} % {requested * dp} = "
-                f"{B % (requested * dp)}); use a batch_size that is a multiple of {requested * dp}"
-            )
-        self.total_steps = int(cfg.training.tokens) // (B * T)
-        if self.total_steps < 1:
-            raise ValueError(
-                f"training.tokens {cfg.training.tokens} is less than one step of batch_size {B} * block_size {T} "
-                f"= {B * T} tokens"
-            )
-
-        dataset_name = f"{cfg.data.dataset}{cfg.data.suffix}"
-        self.dataset = open_dataset(self.root, dataset_name, hint=f"data/tokenize/{cfg.data.dataset}")
-        vocab = (self.dataset.tokenizer or {}).get("vocab_size")
-        if isinstance(vocab, int) and vocab > self.model_config.vocab_size:
-            raise ValueError(
-                f"dataset {dataset_name!r} was tokenized with a vocabulary of {vocab} tokens, more than "
-                f"architecture.vocab_size {self.model_config.vocab_size}"
-            )
-        self.loader = Loader(self.dataset, "train", seed=cfg.data.seed, batch_size=B, block_size=T)
+        # ---- data ---------------------------------------------------------------------------
+        self.sources = [s.dataset for s in self.recipe.sources(cfg)]
+        self.loader = self.recipe.loader(cfg, self.root, "train", self.plan.batch_size)
+        self._check_vocabulary(self.loader)
         self.validation = bool(cfg.training.validation) and cfg.training.validation_steps > 0
-        # plain ints for the hot loop (OmegaConf attribute access is slow)
-        self._batch_size = B
-        self._report_every = int(cfg.logging.report_interval)
-        self._val_every = int(cfg.logging.validation_interval)
-        self._ckpt_every = int(cfg.logging.checkpoint_interval)
+        self.evaluations = list(self.recipe.EVALUATION) if cfg.training.evaluate else []
+        self.analyses = list(self.recipe.ANALYSIS) if cfg.training.analyze else []
         self._val_steps = int(cfg.training.validation_steps)
-        if self.validation:
-            Loader(self.dataset, "val", seed=cfg.data.seed, batch_size=1, block_size=T)  # block_size fits?
+        if self.validation or self.evaluations or self.analyses:
+            self.recipe.loader(cfg, self.root, "val", 1)  # the val split exists and block_size fits it
 
-        # ---- model, optimizer, abstract state and its layout -----------------------
-        self.model = GPT(self.model_config)
-        opt = cfg.optimization
-        schedule_args = (float(opt.lr), self.total_steps, float(opt.warmup_pct), float(opt.decay_pct),
-                         float(opt.final_lr_frac))
-        self.schedule = wsd_schedule(*schedule_args)
-        self.optimizer = make_optimizer(float(opt.lr), float(opt.weight_decay), float(opt.beta1),
-                                        float(opt.beta2), *schedule_args[1:])
+        # ---- model, optimizer, abstract state and its layout --------------------------------
+        self.model = self.recipe.model(cfg)
+        self.token_loss = self.recipe.loss(cfg)
+        self.schedule = self.recipe.schedule(cfg, self.total_steps)
+        self.optimizer = self.recipe.optimizer(cfg, self.total_steps)
         self.base_key = jax.random.PRNGKey(self.seed)
+        T = self.block_size
         abstract = jax.eval_shape(lambda k: init_state(self.model, self.optimizer, k, T), self.base_key)
         self.state_shardings = state_shardings(abstract, self.shard, self.mesh)  # TP-indivisible dims raise here
         self.abstract_state = jax.tree.map(
@@ -316,10 +183,9 @@ class Trainer:
         self.replicated = NamedSharding(self.mesh, PartitionSpec())
         self.batch_sharding = data_sharding(self.mesh)
         self.n_params = count_params(abstract["params"])
-        self.flops_per_token = mfu.flops_per_token(self.model_config,
-                                                   count_params(abstract["params"], non_embedding=True))
+        self.flops_per_token = self.recipe.MODEL.flops_per_token(arch, abstract["params"])
 
-        # ---- topology and batching logs --------------------------------------------
+        # ---- topology, the probed micro-batch, the plan's log lines --------------------------
         self.topology = describe(self.mesh, self.shard)
         device = self.mesh.devices.flat[0]
         self.topology["chip"] = {
@@ -328,59 +194,103 @@ class Trainer:
             "flops": {d: mfu.chip_peak(device, d) for d in ("bfloat16", "float32")},
         }
         log.info(f"TOPOLOGY | \n{json.dumps(self.topology, indent=2)}")
-
         self._compiled: dict[int, Any] = {}
         self.autobatch_trials: list[tuple[int, int | None, bool]] = []
-        if requested == -1:
-            result = autobatch.probe_batch_size(candidates, self._compile_step, memory_budget_bytes)
-            self.autobatch_trials = result.trials
-            tried = ", ".join(f"{s}: {'OOM' if b is None else f'{b / 2**20:.1f} MiB'}{'' if f else ' (too big)'}"
-                              for s, b, f in result.trials)
-            log.info(f"AUTOBATCH | per_device_batch_size={result.batch_size} | tried {tried}")
-            self.per_device_batch_size = result.batch_size
-        else:
-            self.per_device_batch_size = int(requested)
-        m = self.per_device_batch_size
-        self.micro_rows = m * dp
-        self.accumulation = B // self.micro_rows
         local = int(self.topology["local_replicas"]) or 1
-        log.info(f"BATCHING | {m} batchsize/node * ({local} local * {dp // local} prox = {dp} dp) * "
-                 f"{self.accumulation} accumulation = {B} batchsize")
-        log.info(f"STEPS | {self.total_steps * self.accumulation} micro batches // {self.accumulation} "
-                 f"accumulation = {self.total_steps} steps")
-        log.info(f"TOKENS | {self.total_steps} steps * {B} batchsize * {T} blocksize = "
-                 f"{self.total_steps * B * T} tokens")
+        probe = None
+        if cfg.training.per_device_batch_size == -1:
+            def probe(candidates: list[int]) -> int:
+                result = autobatch.probe_batch_size(candidates, self._compile_step, memory_budget_bytes)
+                self.autobatch_trials = result.trials
+                tried = ", ".join(f"{s}: {'OOM' if b is None else f'{b / 2**20:.1f} MiB'}"
+                                  f"{'' if f else ' (too big)'}" for s, b, f in result.trials)
+                log.info(f"AUTOBATCH | per_device_batch_size={result.batch_size} | tried {tried}")
+                return result.batch_size
+        self.plan = TrainingPlan.build(cfg, self.data_parallel, local, probe)
+        for line in self.plan.lines():
+            log.info(line)
         log.info(f"MODEL | Total Parameters: {self.n_params / 1e6:.2f}m")
-        self.val_loader = (Loader(self.dataset, "val", seed=cfg.data.seed, batch_size=self.micro_rows,
-                                  block_size=T) if self.validation else None)
+        self.val_loader = (self.recipe.loader(cfg, self.root, "val", self.plan.micro_rows)
+                           if self.validation else None)
 
-        # ---- runtime state ----------------------------------------------------------
+        # ---- runtime state ------------------------------------------------------------------
         self.state: dict | None = None
         self.step = 0
         self._key_device: jax.Array | None = None
         self._eval_step = None
+        self._val_loaders: dict[str, Any] = {}
+        self._losses: dict[int, tuple[int, tuple]] = {}  # id(loader) -> (step, the loss pass of that step)
         self._host_batch: tuple[int, dict] | None = None
-        self._checkpointer = ckpt.Checkpointer()
-        self._commits: queue.SimpleQueue = queue.SimpleQueue()
         self._last_find: list[tuple[str, ...]] = []
-        self._last_saved: int | None = None
+        self._report_every = int(cfg.logging.report_interval)
+        self._val_every = int(cfg.logging.validation_interval)
+        self.checkpoints = Checkpoints(folder_fn, int(cfg.logging.checkpoint_interval), self.total_steps,
+                                       on_checkpoint, log)
+
+    def _check_vocabulary(self, loader: Any) -> None:
+        """Every dataset's tokenizer fits the model's vocabulary."""
+        datasets = [loader.dataset] if hasattr(loader, "dataset") else list(loader.datasets)
+        limit = int(self.config.architecture.vocab_size)
+        for dataset in datasets:
+            vocab = (dataset.tokenizer or {}).get("vocab_size")
+            if isinstance(vocab, int) and vocab > limit:
+                raise ValueError(f"dataset {dataset.name!r} was tokenized with a vocabulary of {vocab} tokens, more "
+                                 f"than architecture.vocab_size {limit}")
 
     # ------------------------------------------------------------------ properties
 
     @property
+    def per_device_batch_size(self) -> int:
+        """Rows of one micro-batch on one device."""
+        return self.plan.per_device_batch_size
+
+    @property
+    def accumulation(self) -> int:
+        """Micro-batches per step."""
+        return self.plan.accumulation
+
+    @property
+    def micro_rows(self) -> int:
+        """Rows of one micro-batch over all data-parallel devices."""
+        return self.plan.micro_rows
+
+    @property
     def batch_size(self) -> int:
         """The global batch size (rows per step)."""
-        return self._batch_size
+        return self.plan.batch_size
 
     @property
     def block_size(self) -> int:
         """Tokens per row."""
-        return self.model_config.block_size
+        return int(self.config.architecture.block_size)
 
     @property
     def tokens_per_step(self) -> int:
         """batch_size * block_size."""
-        return self.batch_size * self.block_size
+        return self.plan.tokens_per_step
+
+    @property
+    def dataset(self) -> Any:
+        """The dataset of a single-dataset job (a mixture has ``loader.datasets``)."""
+        return getattr(self.loader, "dataset", None)
+
+    @property
+    def on_checkpoint(self) -> CheckpointFn | None:
+        """Called with ``(step, folder)`` after each commit."""
+        return self.checkpoints.on_checkpoint
+
+    @on_checkpoint.setter
+    def on_checkpoint(self, fn: CheckpointFn | None) -> None:
+        self.checkpoints.on_checkpoint = fn
+
+    @property
+    def folder_fn(self) -> Callable[[int], str] | None:
+        """Where ``train()`` checkpoints each step (None: no periodic checkpoints)."""
+        return self.checkpoints.folder_fn
+
+    @folder_fn.setter
+    def folder_fn(self, fn: Callable[[int], str] | None) -> None:
+        self.checkpoints.folder_fn = fn
 
     @property
     def params(self) -> Any:
@@ -396,13 +306,14 @@ class Trainer:
     def _compile_step(self, micro: int) -> Any:
         """The AOT-compiled train step for a per-device micro-batch of ``micro`` rows."""
         if micro not in self._compiled:
-            accum = self.batch_size // (micro * self.data_parallel)
-            step = make_train_step(self.model, self.optimizer, accum, schedule=self.schedule)
+            accum = self.plan.batch_size // (micro * self.data_parallel)
+            step = make_train_step(self.model, self.optimizer, accum, schedule=self.schedule,
+                                   token_loss=self.token_loss)
             batch_sh = {k: self.batch_sharding for k in BATCH_KEYS}
             jitted = jax.jit(step, in_shardings=(self.state_shardings, batch_sh, self.replicated),
                              out_shardings=(self.state_shardings, self.replicated), donate_argnums=0)
             key = jax.ShapeDtypeStruct(self.base_key.shape, self.base_key.dtype, sharding=self.replicated)
-            self._compiled[micro] = jitted.lower(self.abstract_state, self._abstract_batch(self.batch_size),
+            self._compiled[micro] = jitted.lower(self.abstract_state, self._abstract_batch(self.plan.batch_size),
                                                  key).compile()
         return self._compiled[micro]
 
@@ -410,14 +321,13 @@ class Trainer:
     def train_step(self) -> Any:
         """The compiled ``(state, batch, base_key) -> (state, metrics)`` of this trainer (state donated)."""
         step = self._compile_step(self.per_device_batch_size)
-        # keep only the chosen size
-        self._compiled = {self.per_device_batch_size: step}
+        self._compiled = {self.per_device_batch_size: step}  # keep only the chosen size
         return step
 
     # ------------------------------------------------------------------ state
 
     def init(self) -> dict:
-        """A fresh state (params from ``fold_in(base_key, INIT_SALT)``), laid out on the mesh; step 0.
+        """A fresh state (params from `theseus.train.rng.init_key` of the base key), laid out on the mesh; step 0.
 
         >>> root, config = tiny_example()
         >>> trainer = Trainer(config, root, peak_flops=1e12, progress=False)
@@ -426,7 +336,7 @@ class Trainer:
         """
         T = self.block_size
         init_fn = jax.jit(lambda k: init_state(self.model, self.optimizer, k, T), out_shardings=self.state_shardings)
-        self.state = init_fn(jax.random.fold_in(self.base_key, INIT_SALT))
+        self.state = init_fn(init_key(self.base_key))
         self._set_step(0)
         self.log.debug(f"TRAINER | fresh state, seed {self.seed}")
         return self.state
@@ -434,7 +344,8 @@ class Trainer:
     def _set_step(self, step: int) -> None:
         self.step = int(step)
         self._host_batch = None
-        self._last_saved = None
+        self._losses.clear()
+        self.checkpoints.forget()
         self._key_device = jax.device_put(self.base_key, self.replicated)
 
     def _ensure_state(self) -> dict:
@@ -462,7 +373,7 @@ class Trainer:
         """
         folder = folder.rstrip("/")
         try:
-            rng_text = _read_text(f"{folder}/{RNG_FILE}")
+            rng_text = rootfs.read_bytes(f"{folder}/{RNG_FILE}").decode()
             self.base_key = key_from_json(rng_text)
             self.seed = json.loads(rng_text).get("seed", self.seed)
         except FileNotFoundError:
@@ -490,8 +401,8 @@ class Trainer:
     def batch(self) -> dict[str, np.ndarray]:
         """The global batch the next step consumes (NumPy ``x``, ``y``, ``padding_mask``, ``[batch_size, block_size]``).
 
-        A pure function of (dataset, data seed, batch size, block size, step): the same
-        until ``tick()`` advances a step.
+        A pure function of (datasets, rates, data seed, batch size, block size, step):
+        the same until ``tick()`` advances a step.
 
         >>> root, config = tiny_example()
         >>> trainer = Trainer(config, root, peak_flops=1e12, progress=False)
@@ -502,7 +413,7 @@ class Trainer:
             self._host_batch = (self.step, self.loader.batch(self.step))
         return self._host_batch[1]
 
-    def _place(self, loader: Loader, k: int) -> dict[str, jax.Array]:
+    def _place(self, loader: Any, k: int) -> dict[str, jax.Array]:
         """Batch ``k`` of ``loader`` on the mesh; each device's rows are read only for it."""
         rows = loader.batch_size
         shape = (rows, self.block_size)
@@ -545,11 +456,12 @@ class Trainer:
         """
         if self._peak is None:
             device = self.mesh.devices.flat[0]
-            dtype = self.model_config.activation_dtype
+            dtype = str(self.config.architecture.dtype.activation) if "dtype" in self.config.architecture \
+                else "float32"
             if device.platform == "cpu" and jax.process_index() != 0:
                 self._peak = float("nan")  # only process 0 writes metrics: the others neither measure nor cache
             elif device.platform == "cpu":
-                self._peak = cached_cpu_peak(self.peak_cache, str(device.device_kind), dtype, self.log)
+                self._peak = mfu.cached_cpu_peak(self.peak_cache, str(device.device_kind), dtype, self.log)
             else:
                 chip = mfu.chip_peak(device, dtype)
                 if chip is None:
@@ -559,26 +471,19 @@ class Trainer:
                     self._peak = chip * self.mesh.devices.size
         return None if self._peak != self._peak else self._peak
 
-    def _metrics(self, step: int, device_metrics: dict | None, val: tuple | None, seconds: float,
-                 steps: int) -> dict[str, Any]:
-        """Host metrics of ``step`` (blocks on the device values)."""
-        out: dict[str, Any] = {}
-        if device_metrics is not None:
-            host = jax.device_get(device_metrics)
-            tps = steps * self.tokens_per_step / seconds if seconds > 0 else float("nan")
-            peak = self.peak_flops
-            out = {
-                "train/loss": float(host["loss"]),
-                "train/lr": float(host["lr"]),
-                "train/grad_norm": float(host["grad_norm"]),
-                "train/tokens": int(step * self.tokens_per_step),
-                "train/mfu": float(mfu.mfu(tps, self.flops_per_token, peak)) if peak and tps == tps else float("nan"),
-                "train/tokens_per_second": float(tps),
-            }
-        if val is not None:
-            total, count = jax.device_get(val)
-            out["val/loss"] = float(total) / max(float(count), 1.0)
-        return out
+    def _train_metrics(self, step: int, device_metrics: dict, seconds: float, steps: int) -> dict[str, Any]:
+        """Host train metrics of ``step`` (blocks on the device values)."""
+        host = jax.device_get(device_metrics)
+        tps = steps * self.tokens_per_step / seconds if seconds > 0 else float("nan")
+        peak = self.peak_flops
+        return {
+            "train/loss": float(host["loss"]),
+            "train/lr": float(host["lr"]),
+            "train/grad_norm": float(host["grad_norm"]),
+            "train/tokens": int(step * self.tokens_per_step),
+            "train/mfu": float(mfu.mfu(tps, self.flops_per_token, peak)) if peak and tps == tps else float("nan"),
+            "train/tokens_per_second": float(tps),
+        }
 
     def _emit(self, step: int, metrics: dict[str, Any], bar: TrainProgress | None = None) -> None:
         if "train/loss" in metrics:
@@ -591,10 +496,32 @@ class Trainer:
         if self.on_report is not None:
             self.on_report(step, metrics)
 
-    def _validate_async(self) -> tuple[jax.Array, jax.Array]:
-        """Enqueue the validation pass on the current params: (sum of token losses, token count) on device."""
-        if self.val_loader is None:
-            raise ValueError("validation is off (training.validation is false or validation_steps is 0)")
+    # ------------------------------------------------------------------ validation and evaluations
+
+    def _val_loader(self, dataset: str | None) -> Any:
+        """The val loader of one dataset of the job (None: its whole data), ``micro_rows`` rows per batch.
+
+        A single-dataset job's one dataset shares the ``val/loss`` loader, so its loss is computed once.
+        """
+        if dataset is not None and dataset not in self.sources:
+            raise ValueError(f"dataset {dataset!r} is not one of this job's datasets: {self.sources}")
+        if dataset is None or len(self.sources) == 1:
+            if self.val_loader is None:
+                self.val_loader = self.recipe.loader(self.config, self.root, "val", self.micro_rows)
+            return self.val_loader
+        if dataset not in self._val_loaders:
+            name = f"{dataset}{self.config.data.suffix}"
+            opened = open_dataset(self.root, name, hint=f"data/tokenize/{dataset}")
+            self._val_loaders[dataset] = Loader(opened, "val", seed=self.config.data.seed,
+                                                batch_size=self.micro_rows, block_size=self.block_size)
+        return self._val_loaders[dataset]
+
+    def _loss_async(self, loader: Any) -> tuple[jax.Array, jax.Array]:
+        """Enqueue the loss pass of the current params over ``validation_steps`` batches of ``loader``:
+        (sum of token losses, token count) on device; one pass per loader and step."""
+        cached = self._losses.get(id(loader))
+        if cached is not None and cached[0] == self.step:
+            return cached[1]
         if self._eval_step is None:
             param_sh = self.state_shardings["params"]
             batch_sh = {k: self.batch_sharding for k in BATCH_KEYS}
@@ -603,12 +530,17 @@ class Trainer:
         total = jnp.zeros((), jnp.float32)
         count = jnp.zeros((), jnp.float32)
         params = self.state["params"]
-        for k in range(self._val_steps):
-            out = self._eval_step(params, self._place(self.val_loader, k))
+        for k in range(max(self._val_steps, 1)):
+            out = self._eval_step(params, self._place(loader, k))
             tokens = out["tokens"].astype(jnp.float32)
             total = total + out["loss"] * tokens
             count = count + tokens
+        self._losses[id(loader)] = (self.step, (total, count))
         return total, count
+
+    def _mean_loss(self, dataset: str | None) -> float:
+        total, count = jax.device_get(self._loss_async(self._val_loader(dataset)))
+        return float(total) / max(float(count), 1.0)
 
     def validate(self) -> float:
         """Mean token loss of the current params over ``validation_steps`` batches of the val split.
@@ -620,16 +552,61 @@ class Trainer:
         >>> trainer.validate() > 0
         True
         """
+        if self.val_loader is None:
+            raise ValueError("validation is off (training.validation is false or validation_steps is 0)")
         self._ensure_state()
-        total, count = jax.device_get(self._validate_async())
-        return float(total) / max(float(count), 1.0)
+        return self._mean_loss(None)
+
+    def _context(self, step: int) -> EvalContext:
+        def write(name: str, data: bytes) -> str:
+            if not isinstance(name, str) or not _FILE_NAME.match(name):
+                raise ValueError(f"artifact name {name!r} must be a plain file name (letters, digits, '._-')")
+            if self.write_artifact is None:
+                raise ValueError(f"cannot write {name!r}: this trainer has no artifact folder (it runs without a "
+                                 "store; train through a job to keep analyses)")
+            return self.write_artifact(step, name, bytes(data))
+
+        return EvalContext(step=step, params=self.state["params"], config=self.config, sources=tuple(self.sources),
+                           mean_loss=self._mean_loss, model=self.model, write=write, log=self.log)
+
+    def evaluate(self) -> dict[str, Any]:
+        """The metrics of the recipe's evaluations (and analyses) on the current params, as ``train()`` reports them.
+
+        >>> root, config = tiny_example()
+        >>> trainer = Trainer(config, root, peak_flops=1e12, progress=False)
+        >>> sorted(trainer.evaluate())
+        ['val/fineweb/loss']
+        """
+        self._ensure_state()
+        context = self._context(self.step)
+        out: dict[str, Any] = {}
+        for part in [*self.evaluations, *self.analyses]:
+            values = part.run(context)
+            if not isinstance(values, Mapping):
+                raise TypeError(f"{part.__name__}.run() must return a mapping of scalar metrics, got {values!r}")
+            out.update(values)
+        return out
 
     def _val_due(self, step: int) -> bool:
-        return self.validation and (step % self._val_every == 0 or step == self.total_steps)
+        if not (self.validation or self.evaluations or self.analyses):
+            return False
+        return step % self._val_every == 0 or step == self.total_steps
 
-    def _ckpt_due(self, step: int) -> bool:
-        return self.folder_fn is not None and (
-            step % self._ckpt_every == 0 or step == self.total_steps)
+    def _validate_step(self) -> tuple[tuple | None, dict[str, Any]]:
+        """At a validation step: the enqueued ``val/loss`` pass and the evaluations' host metrics."""
+        val = self._loss_async(self.val_loader) if self.validation else None
+        return val, self.evaluate() if (self.evaluations or self.analyses) else {}
+
+    def _report(self, step: int, device_metrics: dict | None, val: tuple | None, extra: dict[str, Any],
+                seconds: float, steps: int) -> dict[str, Any]:
+        out = self._train_metrics(step, device_metrics, seconds, steps) if device_metrics is not None else {}
+        if val is not None:
+            total, count = jax.device_get(val)
+            out["val/loss"] = float(total) / max(float(count), 1.0)
+        out.update(extra)
+        return out
+
+    # ------------------------------------------------------------------ the loop
 
     def tick(self) -> dict[str, Any]:
         """Advance exactly one step (consuming ``batch()``) and return its metrics.
@@ -650,22 +627,23 @@ class Trainer:
         jax.block_until_ready(device_metrics)
         seconds = time.perf_counter() - start
         k = self.step
-        val = self._validate_async() if self._val_due(k) else None
-        metrics = self._metrics(k, device_metrics, val, seconds, 1)
+        val, extra = self._validate_step() if self._val_due(k) else (None, {})
+        metrics = self._report(k, device_metrics, val, extra, seconds, 1)
         self._emit(k, metrics)
-        if self._ckpt_due(k):
-            self._save_step(k)
-        self._drain()
+        if self.checkpoints.due(k):
+            self._save(k)
+        self.checkpoints.deliver()
         return metrics
 
     def train(self, until: int | None = None) -> None:
         """Run steps until ``until`` (default and at most ``total_steps``), reporting and checkpointing.
 
-        Reports every ``report_interval`` steps and at the last step, validation every
-        ``validation_interval`` steps and at the end of the run, checkpoints (with
-        ``folder_fn``) every ``checkpoint_interval`` steps and when it returns. Metrics
-        reach ``on_report`` one step late: the next step is already enqueued when the
-        host fetches them. Returns after the last checkpoint is committed.
+        Reports every ``report_interval`` steps and at the last step; validation and
+        evaluations every ``validation_interval`` steps and at the end of the run;
+        checkpoints (with ``folder_fn``) every ``checkpoint_interval`` steps and when it
+        returns. Train metrics reach ``on_report`` one step late: the next step is
+        already enqueued when the host fetches them. Returns after the last
+        checkpoint is committed.
 
         >>> root, config = tiny_example()
         >>> trainer = Trainer(config, root, peak_flops=1e12, progress=False)
@@ -677,18 +655,17 @@ class Trainer:
             self.log.info(f"TRAIN | nothing to do: step {self.step}, asked to run until {end}")
             return
         self._prepare()
-        report_every = self._report_every
-        pending: tuple[int, dict | None, tuple | None] | None = None
+        pending: tuple[int, dict | None, tuple | None, dict] | None = None  # reported one step late
         inflight: collections.deque = collections.deque()
-        last = (self.step, time.perf_counter())
+        last = (self.step, time.perf_counter())  # (step, time) of the last train report, for tokens/s
         self.log.info(f"BEGIN TRAINING | step {self.step} -> {end}")
 
-        def finish(p: tuple[int, dict | None, tuple | None], bar: TrainProgress) -> None:
+        def finish(report: tuple[int, dict | None, tuple | None, dict], bar: TrainProgress) -> None:
             nonlocal last
-            k, device_metrics, val = p
+            k, device_metrics, val, extra = report
             jax.block_until_ready(device_metrics)
             now = time.perf_counter()
-            metrics = self._metrics(k, device_metrics, val, now - last[1], k - last[0])
+            metrics = self._report(k, device_metrics, val, extra, now - last[1], k - last[0])
             if device_metrics is not None:
                 last = (k, now)
             self._emit(k, metrics, bar)
@@ -704,13 +681,13 @@ class Trainer:
                 if pending is not None:
                     finish(pending, bar)
                     pending = None
-                report = k % report_every == 0 or k == end
-                val = self._validate_async() if self._val_due(k) else None
-                if report or val is not None:
-                    pending = (k, device_metrics if report else None, val)
-                if self._ckpt_due(k) or (k == end and self.folder_fn is not None):
-                    self._save_step(k)
-                self._drain()
+                report = k % self._report_every == 0 or k == end
+                val, extra = self._validate_step() if self._val_due(k) else (None, {})
+                if report or val is not None or extra:
+                    pending = (k, device_metrics if report else None, val, extra)
+                if self.checkpoints.due(k, end):
+                    self._save(k)
+                self.checkpoints.deliver()
             if pending is not None:
                 finish(pending, bar)
         self.wait()
@@ -721,9 +698,12 @@ class Trainer:
         out: dict[str, bytes | str] = {RNG_FILE: key_to_json(self.base_key, self.seed),
                                        CONFIG_FILE: to_yaml(self.config)}
         extra = self.sidecars(step) if callable(self.sidecars) else (self.sidecars or {})
-        for name, data in extra.items():
-            out[name] = data
+        out.update(extra)
         return out
+
+    def _save(self, step: int, folder: str | None = None, on_commit: Callable[[str], Any] | None = None) -> None:
+        self.checkpoints.wait()  # the previous checkpoint is delivered before this one's sidecars exist
+        self.checkpoints.save(step, self._ensure_state(), self._sidecars(step), folder, on_commit)
 
     def save(self, folder: str, on_commit: Callable[[str], Any] | None = None) -> None:
         """Start checkpointing the current state into ``folder`` (``rng.json``, ``config.yaml``, sidecars).
@@ -739,35 +719,7 @@ class Trainer:
         >>> trainer.save(folder); trainer.wait(); os.path.exists(folder + "/MANIFEST.json")
         True
         """
-        # the previous checkpoint's record first: were it delivered after this save starts,
-        # a disk this save fills would refuse it and leave that complete checkpoint unreferenced
-        self.wait()
-        state = self._ensure_state()
-        step = self.step
-        commits = self._commits
-        self._checkpointer.save(folder, state, self._sidecars(step),
-                                on_commit=lambda f: commits.put((step, f, on_commit)))
-        self._last_saved = step
-
-    def _save_step(self, step: int) -> None:
-        if self._last_saved == step:
-            return
-        folder = self.folder_fn(step)
-        self.log.debug(f"CHECKPOINT | saving step {step} to {folder}")
-        self.save(folder)
-
-    def _drain(self) -> None:
-        """Deliver the commit notifications of finished checkpoints (on this thread)."""
-        while True:
-            try:
-                step, folder, extra = self._commits.get_nowait()
-            except queue.Empty:
-                return
-            self.log.info(f"CHECKPOINT | saved checkpoint at step {step} in {folder}")
-            if extra is not None:
-                extra(folder)
-            if self.on_checkpoint is not None:
-                self.on_checkpoint(step, folder)
+        self._save(self.step, folder, on_commit)
 
     def wait(self) -> None:
         """Block until the pending checkpoint is committed, deliver its callbacks; re-raise its error.
@@ -775,8 +727,7 @@ class Trainer:
         >>> root, config = tiny_example()
         >>> Trainer(config, root, peak_flops=1e12, progress=False).wait()  # nothing pending: returns
         """
-        self._checkpointer.wait()
-        self._drain()
+        self.checkpoints.wait()
 
     def close(self) -> None:
         """Finish pending checkpoints and drop the device state (also on leaving a ``with`` block).
@@ -849,6 +800,6 @@ class Trainer:
         return capture(self.model, {"params": params}, path, x, deterministic=True, log=self.log)
 
     def __repr__(self) -> str:
-        return (f"Trainer(step={self.step}/{self.total_steps}, dataset={self.dataset.name!r}, "
+        return (f"Trainer(step={self.step}/{self.total_steps}, data={self.sources}, "
                 f"batch={self.batch_size}x{self.block_size}, per_device={self.per_device_batch_size}, "
                 f"mesh={dict(self.mesh.shape)})")

@@ -1,0 +1,96 @@
+"""Evaluations and analyses: parts the trainer calls with its current parameters.
+
+Every ``logging.validation_interval`` steps and at the last step, the trainer calls
+each evaluation of the job (when ``training.evaluate``) and then each analysis
+(when ``training.analyze``) with an `EvalContext`. A part returns scalar metrics
+(``{"val/pydoc/loss": 2.1}``), which land on that step's node; an analysis may also
+write files (arrays, pictures) with ``context.write(name, data)``, which land under
+``objects/<node-id>/analysis/``.
+
+``ValidationLoss`` is the evaluation every job has by default: the validation loss
+of each dataset of its data mixture, ``val/<dataset>/loss``.
+
+>>> class Norms(Analysis):
+...     '''Not registered: a part need not be, to be used.'''
+...     @classmethod
+...     def run(cls, context):
+...         return {"analysis/steps": context.step}
+>>> Norms.run(EvalContext(step=3, params={}, config=None, sources=("toy",), mean_loss=lambda name: 0.0))
+{'analysis/steps': 3}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from theseus.train.parts import Part, part
+
+__all__ = ["Analysis", "EvalContext", "Evaluation", "ValidationLoss"]
+
+
+def _no_artifacts(name: str, data: bytes) -> str:
+    raise ValueError(f"cannot write {name!r}: this trainer has no artifact folder (it runs without a store)")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalContext:
+    """What an evaluation or analysis sees at ``step`` (the node at seq ``step``).
+
+    - ``params``: the current parameters (on the trainer's mesh); ``config``: the job's config;
+    - ``model``: the flax module (``model.apply({"params": params}, idx)``);
+    - ``sources``: the names of the datasets of the job's data;
+    - ``mean_loss(dataset)``: mean token loss of ``params`` over ``training.validation_steps``
+      batches of that dataset's val split (``None``: the whole mixture);
+    - ``write(name, data)``: publish ``data`` (bytes) as ``analysis/<name>`` in the node's
+      artifact folder; returns its path relative to the root.
+
+    >>> EvalContext(step=1, params={}, config=None, sources=(), mean_loss=lambda d: 1.0).mean_loss(None)
+    1.0
+    """
+
+    step: int
+    params: Any
+    config: Any
+    sources: tuple[str, ...]
+    mean_loss: Callable[[str | None], float]
+    model: Any = None
+    write: Callable[[str, bytes], str] = _no_artifacts
+    log: Any = None
+
+
+class Evaluation(Part):
+    """Base of the evaluation parts: ``run(context) -> {key: scalar}`` (``training.evaluate`` turns them on).
+
+    >>> Evaluation.kind == "" and Evaluation.Config is None   # set by @part on a subclass
+    True
+    """
+
+    @classmethod
+    def run(cls, context: EvalContext) -> Mapping[str, Any]:
+        """Scalar metrics of the current parameters, written on the node of ``context.step``."""
+        raise NotImplementedError(f"{cls.__name__} must implement run()")
+
+
+class Analysis(Evaluation):
+    """Base of the analysis parts: like an evaluation, and may write files (``training.analyze`` turns them on).
+
+    >>> issubclass(Analysis, Evaluation)
+    True
+    """
+
+
+@part("evaluation", "val-loss", "Validation loss of each dataset of the job's data: val/<dataset>/loss.")
+class ValidationLoss(Evaluation):
+    """``val/<dataset>/loss`` for every dataset of the job's data (``training.validation_steps`` batches each).
+
+    >>> context = EvalContext(step=2, params={}, config=None, sources=("a", "b"), mean_loss=lambda d: len(d))
+    >>> ValidationLoss.run(context)
+    {'val/a/loss': 1.0, 'val/b/loss': 1.0}
+    """
+
+    @classmethod
+    def run(cls, context: EvalContext) -> dict[str, float]:
+        """The mean token loss of each source's val split."""
+        return {f"val/{name}/loss": float(context.mean_loss(name)) for name in context.sources}
