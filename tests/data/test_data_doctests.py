@@ -5,7 +5,7 @@ import importlib
 
 import pytest
 
-MODULES = ["hashing", "tokenizer", "sources", "store", "tokenize", "loader"]
+MODULES = ["hashing", "tokenizer", "sources", "store", "tokenize", "loader", "mixture"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -18,6 +18,34 @@ from theseus.data.store import Dataset
 _PERMS_CACHED = 2
 
 
+def check_step(k) -> int:
+    """``k`` as an int if it is a valid step (a non-negative integer).
+
+    >>> check_step(3)
+    3
+    """
+    if int(k) != k or k < 0:
+        raise ValueError(f"step k must be a non-negative integer, got {k!r}")
+    return int(k)
+
+
+def global_rows(rows, batch_size: int) -> np.ndarray:
+    """The global row indices ``rows`` names in a batch of ``batch_size`` rows: None (all),
+    a slice, or an index array (each in ``[0, batch_size)``).
+
+    >>> global_rows(slice(2, 4), 8).tolist(), global_rows(None, 3).tolist(), global_rows([5, 1], 8).tolist()
+    ([2, 3], [0, 1, 2], [5, 1])
+    """
+    if rows is None:
+        return np.arange(batch_size, dtype=np.int64)
+    if isinstance(rows, slice):
+        return np.arange(batch_size, dtype=np.int64)[rows]
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+    if rows.size and (rows.min() < 0 or rows.max() >= batch_size):
+        raise ValueError(f"rows must be in [0, {batch_size}), got {rows.min()}..{rows.max()}")
+    return rows
+
+
 class Loader:
     """Batches of ``batch_size`` rows of ``block_size`` tokens from ``dataset``'s ``split``.
 
@@ -60,14 +88,7 @@ class Loader:
             self.eot = int((dataset.tokenizer or {}).get("eot", 0))
 
     def _global_rows(self, rows) -> np.ndarray:
-        if rows is None:
-            return np.arange(self.batch_size, dtype=np.int64)
-        if isinstance(rows, slice):
-            return np.arange(self.batch_size, dtype=np.int64)[rows]
-        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
-        if rows.size and (rows.min() < 0 or rows.max() >= self.batch_size):
-            raise ValueError(f"rows must be in [0, {self.batch_size}), got {rows.min()}..{rows.max()}")
-        return rows
+        return global_rows(rows, self.batch_size)
 
     def batch(self, k: int, rows=None) -> dict[str, np.ndarray]:
         """Rows ``rows`` (a slice or index array of global rows; default all) of the batch of step ``k``:
@@ -77,12 +98,10 @@ class Loader:
         >>> loader.batch(0)["padding_mask"].all()            # doctest: +SKIP
         True
         """
-        if int(k) != k or k < 0:
-            raise ValueError(f"step k must be a non-negative integer, got {k!r}")
-        r = self._global_rows(rows)
+        k, r = check_step(k), self._global_rows(rows)
         if self.kind == "contiguous":
-            return self._contiguous(int(k), r)
-        return self._padded(int(k), r)
+            return self._contiguous(k, r)
+        return self._padded(k, r)
 
     def starts(self, k: int, rows=None) -> np.ndarray:
         """Token offsets of the rows of step ``k`` (contiguous datasets).
