@@ -17,13 +17,15 @@ import pyarrow as pa
 
 # Reserved keys start with "_" and are only written through the writer's methods.
 JOB = "_job"
+JOB_SOURCE = "_job_source"  # where the job's class came from: "module:qualname" or "/path/file.py:qualname"
 CONFIG = "_config"
 STATUS = "_status"
 ERROR = "_error"
 FINISHED = "_finished"
 CHECKPOINT = "_checkpoint"
 CLAIM = "_claim"  # a resume's claim to continue a lineage at this node (see store.claim)
-RESERVED = {JOB: "str", CONFIG: "str", STATUS: "str", ERROR: "str", FINISHED: "bool", CHECKPOINT: "str", CLAIM: "str"}
+RESERVED = {JOB: "str", JOB_SOURCE: "str", CONFIG: "str", STATUS: "str", ERROR: "str", FINISHED: "bool",
+            CHECKPOINT: "str", CLAIM: "str"}
 
 TYPES = ("float", "int", "bool", "str")
 
