@@ -31,6 +31,7 @@ from theseus import config as configs
 from theseus.dispatch.inventory import Inventory, load_inventory
 from theseus.dispatch.spec import LaunchSpec
 from theseus.dispatch.submit import request_for, submit
+from theseus.experiments import shipped
 from theseus.jobs import Job, get_job, key_of
 from theseus.store import EmptyResult, Store, schema, trust
 from theseus.store.node import Node, decode_id
@@ -333,7 +334,9 @@ def spec_from_quick(q: QuickJob, *, revision: str = "", groups: tuple[str, ...] 
     """The spec of a quick session's pending job (after ``q.build(...)`` or ``q.find()...resume()``).
 
     The config is recorded whole (YAML); a resumed job continues its base's nonce, a
-    new run or branch gets a fresh one.
+    new run or branch gets a fresh one. The experiments imported in this process (and
+    the job class's own file, when it came from neither theseus nor one of them) ride
+    along: each launched process imports them before it builds the job.
 
     >>> import tempfile
     >>> with quick(tempfile.mkdtemp()) as q:
@@ -350,7 +353,8 @@ def spec_from_quick(q: QuickJob, *, revision: str = "", groups: tuple[str, ...] 
     base = q.base.id if q.base is not None else None
     resume = base is not None and not q.branched
     return LaunchSpec(q.job_key, q.run_name, configs.to_yaml(q.config), q.root, base_node=base, resume=resume,
-                      revision=revision, groups=tuple(groups), env=dict(env or {}))
+                      revision=revision, groups=tuple(groups), env=dict(env or {}),
+                      experiments=shipped(get_job(q.job_key)))
 
 
 def build_spec(root: str, job_key: str, run_name: str, overrides: Iterable[str] = (), *, base_node: str | None = None,
