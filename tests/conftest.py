@@ -43,6 +43,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture
+def scratch_experiments():
+    """Lets a test import experiment files (``theseus.experiments``) and register their jobs; afterwards
+    the job registry, the experiments imported and their modules are as before, so the next test's
+    launches ship none of them."""
+    from theseus import experiments, jobs
+
+    jobs.registry()  # the built-in jobs are loaded before the snapshot
+    registered, imported = dict(jobs._REGISTRY), dict(experiments._IMPORTED)
+    yield
+    added = set(experiments._IMPORTED) - set(imported)
+    for name in [n for n in sys.modules if n in added or (n.startswith("theseus_experiment_") and n not in imported)]:
+        del sys.modules[name]
+    jobs._REGISTRY.clear()
+    jobs._REGISTRY.update(registered)
+    experiments._IMPORTED.clear()
+    experiments._IMPORTED.update(imported)
+
+
 @pytest.fixture(scope="session")
 def gcs_emulator(tmp_path_factory):
     """A gcp-storage-emulator on a free loopback port for the whole session; yields its URL.

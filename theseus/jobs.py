@@ -18,7 +18,11 @@ Writing a job
 -------------
 Subclass ``Job``, register it with ``@job("group/verb/name", "One line.")`` (or
 let the class docstring's first line be the description) and make sure its
-module is imported (add it to ``JOB_MODULES``). A subclass implements:
+module is imported: a built-in job's module is listed in ``JOB_MODULES``; a user's
+experiment file is imported with ``theseus --import FILE`` or
+``theseus.experiments.import_experiment(path)``. Every run records its job key and
+where the class came from (``_job_source``, see ``theseus.experiments.job_source``).
+A subclass implements:
 
 - ``Config``: a dataclass of typed defaults (nested dataclasses for sections,
   every field with a default). ``self.config`` is a struct-mode OmegaConf view
@@ -80,13 +84,14 @@ from loguru import logger
 from omegaconf import DictConfig, OmegaConf
 
 from theseus import config as configs
+from theseus.experiments import import_hint, job_source
 from theseus.store import Store
 from theseus.store import fs as rootfs
 from theseus.store.claim import claim
 from theseus.store.layout import CONFIG_FILE, JOB_FILE
 from theseus.store.node import Node
 
-__all__ = ["JOB_MODULES", "Job", "UnknownJobError", "get_job", "job", "registry"]
+__all__ = ["JOB_MODULES", "Job", "UnknownJobError", "get_job", "job", "key_of", "missing_job", "registry"]
 
 #: Modules imported (once, when the registry is first read) to register the built-in jobs.
 #: A module that does not exist yet is skipped; add yours here or import it before use.
@@ -177,19 +182,70 @@ def registry(prefix: str = "") -> dict[str, type[Job]]:
     return {k: _REGISTRY[k] for k in sorted(_REGISTRY) if k.startswith(prefix)}
 
 
-def get_job(key: str) -> type[Job]:
+def get_job(key: str, source: str | None = None) -> type[Job]:
     """The job class registered under ``key``; an unknown key names close matches.
+
+    ``source`` is where a run recorded the class came from (``_job_source``): when the
+    key is not registered, the error says what to import instead of guessing keys.
 
     >>> cls = get_job("data/tokenize/fineweb")
     >>> cls.key, issubclass(cls, Job)
     ('data/tokenize/fineweb', True)
-    """
+    >>> get_job("mylab/train/mix", "/home/me/mix.py:Mix")
+    Traceback (most recent call last):
+    ...
+    theseus.jobs.UnknownJobError: job 'mylab/train/mix' is not registered in this process (its run records it as /home/me/mix.py:Mix): import /home/me/mix.py first: ...
+    """  # noqa: E501 - a doctest's expected output, printed on one line
     jobs = registry()
     if key in jobs:
         return jobs[key]
+    if source:
+        raise UnknownJobError(_not_registered(key, source))
     near = _close_keys(str(key), list(jobs))
     hint = f"; did you mean {', '.join(near)}?" if near else ""
     raise UnknownJobError(f"unknown job {key!r}{hint} (`theseus jobs` lists them all)")
+
+
+def key_of(cls: type) -> str:
+    """The registry key of job class ``cls``; a class that is not registered is a clear error.
+
+    >>> key_of(get_job("data/tokenize/pydoc"))
+    'data/tokenize/pydoc'
+    >>> class Unregistered(get_job("data/tokenize/pydoc")):
+    ...     pass
+    >>> key_of(Unregistered)
+    Traceback (most recent call last):
+    ...
+    ValueError: job class Unregistered is not registered: decorate it with @job('some/key') (its base class is registered as 'data/tokenize/pydoc')
+    """  # noqa: E501 - a doctest's expected output, printed on one line
+    if not (isinstance(cls, type) and issubclass(cls, Job)):
+        raise TypeError(f"expected a job key (str) or a registered subclass of theseus.jobs.Job, got {cls!r}")
+    registered = _REGISTRY.get(cls.__dict__.get("key", ""))
+    if registered is None or (registered.__module__, registered.__qualname__) != (cls.__module__, cls.__qualname__):
+        base = f" (its base class is registered as {cls.key!r})" if cls.key and "key" not in cls.__dict__ else ""
+        raise ValueError(f"job class {cls.__qualname__} is not registered: decorate it with @job('some/key'){base}")
+    return cls.key
+
+
+def missing_job(key: str | None, source: str | None) -> str | None:
+    """Why a run of job ``key`` recorded from ``source`` cannot be rebuilt in this process, or None.
+
+    Imports nothing (a root is data): a key registered in this process, or one whose
+    source is a built-in job module (``JOB_MODULES``: ``registry()`` loads those), is
+    fine; so is a run that recorded no source (nothing could be named).
+
+    >>> missing_job("mylab/train/mix", "/home/me/mix.py:Mix")
+    "job 'mylab/train/mix' is not registered in this process (its run records it as /home/me/mix.py:Mix): import /home/me/mix.py first: ..."
+    >>> missing_job("gpt/train/pretrain", "theseus.train.jobs:Pretrain") is None
+    True
+    """  # noqa: E501 - a doctest's expected output, printed on one line
+    if not key or not source or key in _REGISTRY or source.rpartition(":")[0] in JOB_MODULES:
+        return None
+    return _not_registered(key, source)
+
+
+def _not_registered(key: str, source: str) -> str:
+    return f"job {key!r} is not registered in this process (its run records it as {source}): {import_hint(source)}"
 
 
 def _close_keys(key: str, keys: list[str], n: int = 3) -> list[str]:
@@ -376,7 +432,7 @@ class Job:
             self.claim(w)  # before the first record: a refused resume writes nothing more
             self.writer = w
             try:
-                w.job(self.node, self.key, configs.to_yaml(self.config))
+                w.job(self.node, self.key, configs.to_yaml(self.config), source=job_source(type(self)))
                 self.log.debug(f"JOB {run} | pre-start sync")
                 self.sync()
                 self.log.info(f"JOB {run} | synchronized and starting with nodeid={self.node.id}")

@@ -31,8 +31,9 @@ from theseus import config as configs
 from theseus.dispatch.inventory import Inventory, load_inventory
 from theseus.dispatch.spec import LaunchSpec
 from theseus.dispatch.submit import request_for, submit
-from theseus.jobs import Job, get_job
-from theseus.store import EmptyResult, Store, trust
+from theseus.experiments import shipped
+from theseus.jobs import Job, get_job, key_of
+from theseus.store import EmptyResult, Store, schema, trust
 from theseus.store.node import Node, decode_id
 
 __all__ = ["QuickJob", "build_spec", "init", "quick", "spec_from_quick"]
@@ -83,11 +84,15 @@ class QuickJob:
 
     # -- building -------------------------------------------------------------
 
-    def build(self, job_key: str | None = None, run_name: str | None = None) -> QuickJob:
-        """Make ``job_key`` (a registry key) the pending job of run ``run_name``, with default config.
+    def build(self, job_key: str | type[Job] | None = None, run_name: str | None = None) -> QuickJob:
+        """Make ``job_key`` (a registry key, or a registered ``Job`` subclass) the pending job of run
+        ``run_name``, with default config.
 
         Returns the session (so ``q.build(...).create()`` works). An unknown key
-        raises naming close matches. With no arguments it rebuilds the job last
+        raises naming close matches; a class that is not registered raises too. A
+        job of the user's own file works once the file is imported
+        (``theseus.experiments.import_experiment(path)``, ``theseus --import FILE``).
+        With no arguments it rebuilds the job last
         restored by ``q.find()...resume()`` / ``branch()``, keeping the edits made
         to ``q.config`` since.
 
@@ -96,7 +101,9 @@ class QuickJob:
         ...     _ = q.build("data/tokenize/pydoc", "a")
         ...     _ = q.build("data/tokenize/addition", "b")   # replaces the pending job
         ...     print(q.job_key, q.run_name, "block_size" in q.config.data)
+        ...     print(q.build(get_job("data/tokenize/pydoc"), "c").job_key)  # the class itself
         data/tokenize/addition b True
+        data/tokenize/pydoc
         """
         self._check_open()
         if job_key is None and run_name is None:
@@ -114,6 +121,8 @@ class QuickJob:
         if job_key is None or run_name is None:
             raise ValueError("q.build(job_key, run_name) needs both, "
                              "e.g. q.build('data/tokenize/fineweb', 'tokenize-fineweb')")
+        if not isinstance(job_key, str):
+            job_key = key_of(job_key)
         cls = get_job(job_key)
         Node.start(run_name)  # checks the run name now, not at create()
         self.job_key, self.run_name = job_key, run_name
@@ -161,9 +170,10 @@ class QuickJob:
         if not isinstance(verify, bool):
             raise TypeError(f"verify must be True or False, got {verify!r}")
         run = self.store.run_record(node.nonce)
-        key, config_yaml = run.get("_job"), run.get("_config")
+        key, config_yaml = run.get(schema.JOB), run.get(schema.CONFIG)
         if not key:
             raise ValueError(f"node {node.id} belongs to a run with no recorded job; it cannot be resumed")
+        get_job(key, run.get(schema.JOB_SOURCE))  # not registered here: names what to import, and nothing changes
         if config_yaml:  # a root may come from a stranger: its config is plain data or refused
             trust.plain_config(config_yaml, f"node {node.id} ({node.name}:{node.nonce}:{node.seq})")
         if not branch and self.store.find().nonce(node.nonce).last().seq > node.seq:
@@ -324,7 +334,9 @@ def spec_from_quick(q: QuickJob, *, revision: str = "", groups: tuple[str, ...] 
     """The spec of a quick session's pending job (after ``q.build(...)`` or ``q.find()...resume()``).
 
     The config is recorded whole (YAML); a resumed job continues its base's nonce, a
-    new run or branch gets a fresh one.
+    new run or branch gets a fresh one. The experiments imported in this process (and
+    the job class's own file, when it came from neither theseus nor one of them) ride
+    along: each launched process imports them before it builds the job.
 
     >>> import tempfile
     >>> with quick(tempfile.mkdtemp()) as q:
@@ -341,7 +353,8 @@ def spec_from_quick(q: QuickJob, *, revision: str = "", groups: tuple[str, ...] 
     base = q.base.id if q.base is not None else None
     resume = base is not None and not q.branched
     return LaunchSpec(q.job_key, q.run_name, configs.to_yaml(q.config), q.root, base_node=base, resume=resume,
-                      revision=revision, groups=tuple(groups), env=dict(env or {}))
+                      revision=revision, groups=tuple(groups), env=dict(env or {}),
+                      experiments=shipped(get_job(q.job_key)))
 
 
 def build_spec(root: str, job_key: str, run_name: str, overrides: Iterable[str] = (), *, base_node: str | None = None,

@@ -7,8 +7,8 @@ import pytest
 
 from theseus import jobs as jobs_module
 
-MODULES = ["theseus.config", "theseus.jobs", "theseus.quick", "theseus.cli.app", "theseus.cli.errors", "theseus.logs",
-           "theseus.data.jobs"]
+MODULES = ["theseus.config", "theseus.experiments", "theseus.jobs", "theseus.quick", "theseus.cli.app",
+           "theseus.cli.errors", "theseus.logs", "theseus.data.jobs"]
 
 
 @pytest.fixture

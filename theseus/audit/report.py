@@ -95,7 +95,8 @@ class Resume:
 @dataclasses.dataclass(frozen=True)
 class RunAudit:
     """One run (lineage): identity, job, status, its nodes from seq 0 to the last, the
-    node it branched from (``parent``, None for a fresh lineage), resumes and checkpoints.
+    node it branched from (``parent``, None for a fresh lineage), resumes, checkpoints,
+    and where its job's class came from (``job_source``, None when not recorded).
 
     >>> run = RunAudit("a.b.c", "949e88", "doc/job", "failed", False, "boom", "id", 3, 0, 2, "id", 0, ((1, 1),))
     >>> run.label
@@ -118,6 +119,7 @@ class RunAudit:
     parent: str | None = None
     resumes: tuple[Resume, ...] = ()
     checkpoints: tuple[CheckpointAudit, ...] = ()
+    job_source: str | None = None
 
     @property
     def label(self) -> str:
@@ -157,7 +159,8 @@ class AuditReport:
 
     @property
     def warnings(self) -> tuple[Problem, ...]:
-        """Findings that do not fail the audit (failed or unfinished runs, unreferenced objects)."""
+        """Findings that do not fail the audit (failed or unfinished runs, unreferenced objects,
+        jobs not registered in this process)."""
         return tuple(p for p in self.problems if p.severity != ERROR)
 
     def to_dict(self) -> dict:

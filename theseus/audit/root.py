@@ -15,7 +15,9 @@ the checkpoint it started from), and the run's status with its error. Problems
 are ``error`` (an integrity failure: a corrupt, missing or unlisted checkpoint
 file, an unreadable log segment, a corrupt view or one that disagrees with the log,
 an inconsistent record) or ``warning`` (a failed
-or unfinished run, an object folder no checkpoint record references).
+or unfinished run, an object folder no checkpoint record references, a run whose
+job is not registered in this process: resuming or verifying it needs the module
+or file its ``_job_source`` names, which the audit never imports).
 
 >>> import tempfile
 >>> from theseus.store import Node, Store
@@ -44,6 +46,7 @@ import polars as pl
 from theseus.audit.checkpoints import check_checkpoints, folder_of
 from theseus.audit.reading import first_line, open_root, parse_config, relative, thread_count
 from theseus.audit.report import WARNING, AuditReport, Change, CheckpointAudit, GcReport, Problem, Resume, RunAudit
+from theseus.jobs import missing_job
 from theseus.store import fs as rootfs
 from theseus.store import schema, trust
 from theseus.store.fold import node_ids
@@ -433,6 +436,7 @@ def _runs(fs, base, rows, records, checkpoints, checked, known, problems) -> lis
             written=row["written"], gaps=_gaps(row["seqs"]), parent=origin, resumes=resumes,
             checkpoints=tuple(_with_changes(fs, base, ckpts, origin if origin in checkpoints else None,
                                             checkpoints, configs)),
+            job_source=value.get(schema.JOB_SOURCE),
         )
         problems += _run_problems(run, error, known)
         out.append(run)
@@ -442,6 +446,10 @@ def _runs(fs, base, rows, records, checkpoints, checked, known, problems) -> lis
 def _run_problems(run: RunAudit, error: dict | None, known: set[str]) -> list[Problem]:
     """A run's lineage oddities (errors when inconsistent) and its failure or unfinished state (warnings)."""
     label, out = run.label, []
+    missing = missing_job(run.job, run.job_source)
+    if missing is not None:
+        out.append(Problem("unregistered-job", label, f"{label}: {missing} (to resume, branch or verify it)",
+                           WARNING))
     if run.parent is not None:
         if not _decodes(run.parent) or decode_id(run.parent)[1] == run.nonce:
             out.append(Problem("lineage", label,

@@ -2,10 +2,13 @@
 
 ``theseus jobs [PREFIX]`` lists the registered jobs; ``theseus run JOB_KEY
 RUN_NAME ROOT key=value ...`` builds a job, applies the overrides, creates and
-runs it, like ``quick(root)`` does in Python::
+runs it, like ``quick(root)`` does in Python. ``--import FILE`` (repeatable, a file
+or a dotted module name) imports the user's experiments before the command runs,
+so their jobs are registered for every command::
 
     theseus jobs data/tokenize
     theseus run data/tokenize/pydoc tokenize-pydoc /tmp/root data.max_samples=100
+    theseus --import my_experiments.py run mylab/train/mix mix /tmp/root
 
 >>> from typer.testing import CliRunner
 >>> "data/tokenize/pydoc" in CliRunner().invoke(app, ["jobs", "data/tokenize/py"]).output
@@ -28,6 +31,7 @@ from theseus.cli import replay as replay_commands
 from theseus.cli import store as store_commands
 from theseus.cli.errors import ROOT_ERRORS, fail, message
 from theseus.config import apply_overrides
+from theseus.experiments import ExperimentError, import_experiment
 from theseus.jobs import registry
 from theseus.quick import quick
 
@@ -41,15 +45,26 @@ app = typer.Typer(
 
 
 @app.callback()
-def main() -> None:
+def main(
+    imports: Annotated[list[str] | None, typer.Option(
+        "--import", metavar="FILE",
+        help="Import this experiment file (or dotted module) first, registering its jobs; repeatable")] = None,
+) -> None:
     """theseus: jobs, runs and the store.
 
     \f
     >>> from typer.testing import CliRunner
     >>> result = CliRunner().invoke(app, [])  # no command: the help, listing the commands
-    >>> all(command in result.output for command in ("jobs", "ls", "audit", "launch", "verify"))
+    >>> all(command in result.output for command in ("jobs", "ls", "audit", "launch", "verify", "--import"))
     True
+    >>> CliRunner().invoke(app, ["--import", "/nowhere/mine.py", "jobs"]).exit_code  # a missing file: bad input
+    2
     """
+    for target in imports or ():
+        try:
+            import_experiment(target)
+        except ExperimentError as e:
+            fail(str(e), 2)
 
 
 @app.command()

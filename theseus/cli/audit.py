@@ -106,7 +106,9 @@ def _status(run: RunAudit) -> str:
 
 def _print_run(run: RunAudit, say, show_config: bool) -> None:
     say("")
-    say(f"[bold cyan]{escape(run.label)}[/bold cyan]  {escape(run.job or 'no job record')}  {_status(run)}")
+    source = f" ({run.job_source})" if run.job_source else ""
+    say(f"[bold cyan]{escape(run.label)}[/bold cyan]  {escape((run.job or 'no job record') + source)}  "
+        f"{_status(run)}")
     say(f"  lineage: seq {run.first_seq}..{run.last_seq}, {run.nodes} nodes, {_gaps(run)}; last node {run.last_node}")
     if run.parent is not None:
         say(f"  branched from {escape(_node(run.parent))} ({run.parent})")

@@ -29,7 +29,8 @@ touches a JAX backend, with short initialization / heartbeat timeouts
 coordinator bound to 127.0.0.1 when the address is local; builds the job from the
 spec (a fresh run, or restored from ``base_node``: continued when ``resume``,
 else branched), with the spec's nonce so every process writes the same nodes,
-and runs it. ``training.per_device_batch_size=-1`` is resolved by autobatch in the
+and runs it; the experiments the spec carries (the user's files, ``theseus --import``)
+are imported first. ``training.per_device_batch_size=-1`` is resolved by autobatch in the
 job's setup on one process; with several processes it is refused (a probe on
 each host could pick different sizes): set an explicit size.
 
@@ -62,6 +63,7 @@ from loguru import logger
 from theseus import config as configs
 from theseus import logs
 from theseus.dispatch.spec import LaunchSpec
+from theseus.experiments import import_shipped, job_source
 from theseus.jobs import get_job
 from theseus.store import EmptyResult, Store, layout
 from theseus.store import fs as rootfs
@@ -204,8 +206,10 @@ def _read_spec(path: str) -> LaunchSpec:
 def check_spec(spec: LaunchSpec, num_processes: int = 1):
     """The job class and validated config of ``spec`` for ``num_processes`` processes; bad input raises BadInput.
 
-    Runs before anything starts (launchers call it too): unknown job key, config that
-    does not validate, autobatch (``per_device_batch_size=-1``) with several processes.
+    Runs before anything starts (launchers call it too): it imports the spec's experiments
+    (the user's files: a process that imported them already reuses their modules), then
+    refuses an experiment that fails to import, an unknown job key, config that does not
+    validate, autobatch (``per_device_batch_size=-1``) with several processes.
 
     >>> spec = LaunchSpec("gpt/train/pretrain", "t", "training:\\n  per_device_batch_size: -1\\n", "/r")
     >>> try:
@@ -215,6 +219,7 @@ def check_spec(spec: LaunchSpec, num_processes: int = 1):
     training.per_device_batch_size=-1 (autobatch) runs on one process only, and this launch has 2: set an explicit size, e.g. training.per_device_batch_size=4
     """  # noqa: E501 - a doctest's expected output, printed on one line
     try:
+        import_shipped(spec.experiments)
         cls = get_job(spec.job_key)
         cfg = configs.from_yaml(cls.Config, spec.config_yaml)
     except (KeyError, ValueError, TypeError) as e:
@@ -245,11 +250,11 @@ def _initialize(info: ProcessInfo) -> None:
     jax.distributed.initialize(**{k: v for k, v in wanted.items() if k in accepted})
 
 
-def _record_failure(spec: LaunchSpec, cfg_yaml: str, error: str) -> None:
-    """Record the launched run as failed at its first node (job key and config too)."""
+def _record_failure(spec: LaunchSpec, cfg_yaml: str, error: str, source: str | None = None) -> None:
+    """Record the launched run as failed at its first node (job key, config and the class's source too)."""
     node = spec.first_node()
     with Store(spec.root).writer() as w:
-        w.job(node, spec.job_key, cfg_yaml)
+        w.job(node, spec.job_key, cfg_yaml, source=source)
         w.failed(node, error)
 
 
@@ -294,7 +299,7 @@ def _work(spec: LaunchSpec, info: ProcessInfo) -> int:
         text = traceback.format_exc()
         print(text, file=sys.stderr, flush=True)
         if info.process_id == 0:
-            _record_failure(spec, configs.to_yaml(cfg), text)
+            _record_failure(spec, configs.to_yaml(cfg), text, job_source(cls))
         return EXIT_FAILED
     try:
         job()

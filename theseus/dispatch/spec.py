@@ -4,11 +4,14 @@ A ``LaunchSpec`` names the job (registry key and run name), its full resolved
 config (YAML text), the root every process writes to, where to restore from
 (``base_node`` + ``resume``), the nonce of the lineage the run writes (chosen
 by the launcher, so every process agrees on the node ids), the code revision
-and the uv dependency groups to sync, and extra environment variables.
+and the uv dependency groups to sync, extra environment variables, and the
+user's experiments the job needs (``theseus.experiments``: files as source
+text, or module names).
 
 It travels as JSON: ``to_json()`` / ``LaunchSpec.from_json(text)``. Loading
-checks every field's type and refuses unknown fields; nothing in it is ever
-executed (no pickles, no code), so a spec from a stranger is safe to read.
+checks every field's type and refuses unknown fields and executes nothing (no
+pickles), so a spec from a stranger is safe to read; the bootstrap that runs
+it imports its experiments, as it runs the code shipped with it.
 
 >>> spec = LaunchSpec("gpt/train/pretrain", "train-gpt", "training:\\n  tokens: 100\\n", "/tmp/root",
 ...                   nonce="949e88", revision="abc123", groups=("cpu",))
@@ -27,6 +30,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+from theseus.experiments import Experiment
 from theseus.store.node import Node, check_nonce, decode_id
 
 __all__ = ["FORMAT", "LaunchSpec"]
@@ -49,6 +53,8 @@ class LaunchSpec:
     - ``nonce``: the lineage this launch writes; every process uses it.
     - ``revision``: the code revision (git commit) shipped; ``groups``: uv groups to sync.
     - ``env``: extra environment variables for every process.
+    - ``experiments``: the user's experiments (``theseus.experiments.Experiment``) every
+      process imports, in order, before it builds the job.
 
     >>> LaunchSpec("data/tokenize/pydoc", "tok", "", "/tmp/r", nonce="abcdef").resume
     False
@@ -68,6 +74,7 @@ class LaunchSpec:
     revision: str = ""
     groups: tuple[str, ...] = ()
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    experiments: tuple[Experiment, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("job_key", "run_name", "config_yaml", "root", "revision"):
@@ -96,8 +103,14 @@ class LaunchSpec:
         for key, value in self.env.items():
             if not isinstance(key, str) or not _ENV_NAME.match(key) or not isinstance(value, str):
                 raise ValueError(f"launch spec field 'env': {key!r}={value!r} is not NAME=string")
+        experiments = tuple(self.experiments) if isinstance(self.experiments, (list, tuple)) else self.experiments
+        _check_type("experiments", experiments, tuple)
+        for experiment in experiments:
+            if not isinstance(experiment, Experiment):
+                raise ValueError(f"launch spec field 'experiments': a {type(experiment).__name__} is not an Experiment")
         object.__setattr__(self, "nonce", nonce)
         object.__setattr__(self, "groups", groups)
+        object.__setattr__(self, "experiments", experiments)
         object.__setattr__(self, "env", dict(self.env))
 
     def _default_nonce(self) -> str:
@@ -140,6 +153,8 @@ class LaunchSpec:
         data = {"format": FORMAT}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if f.name == "experiments":
+                value = [experiment.to_dict() for experiment in value]
             data[f.name] = list(value) if isinstance(value, tuple) else dict(value) if f.name == "env" else value
         return data
 
@@ -159,7 +174,7 @@ class LaunchSpec:
         ...                       "config_yaml": "", "root": "/r", "colour": "red"})
         Traceback (most recent call last):
         ...
-        ValueError: launch spec has unknown field(s) colour; known: base_node, config_yaml, env, groups, job_key, nonce, resume, revision, root, run_name
+        ValueError: launch spec has unknown field(s) colour; known: base_node, config_yaml, env, experiments, groups, job_key, nonce, resume, revision, root, run_name
         """  # noqa: E501 - a doctest's expected output, printed on one line
         if not isinstance(data, dict):
             raise ValueError(f"a launch spec is a JSON object, got {type(data).__name__}")
@@ -177,6 +192,11 @@ class LaunchSpec:
             raise ValueError(f"launch spec is missing field(s) {', '.join(missing)}")
         if isinstance(data.get("groups"), list):
             data["groups"] = tuple(data["groups"])
+        if isinstance(data.get("experiments"), list):
+            try:
+                data["experiments"] = tuple(Experiment.from_dict(e) for e in data["experiments"])
+            except ValueError as e:
+                raise ValueError(f"launch spec field 'experiments': {e}") from None
         return cls(**data)
 
     @classmethod

@@ -142,6 +142,8 @@ def plan_text(spec: LaunchSpec, placement: Placement, tarball: bytes) -> str:
         f"root: {spec.root}",
         f"code: {spec.revision} ({len(tarball) / 1024:.0f} KiB); uv groups: {', '.join(spec.groups) or 'default'}",
     ]
+    if spec.experiments:  # shipped in the spec, imported by every process before the job is built
+        head.append(f"experiments: {', '.join(e.origin for e in spec.experiments)}")
     if host.type == "ssh":
         stage = f"{cluster.work_dir}/launches/{spec.nonce}-<token>"
         script = stage_files(spec, b"", cluster.work_dir, stage, host.python)["bootstrap.sh"].decode()

@@ -23,10 +23,11 @@ import fsspec
 import jax
 from loguru import logger
 
+from theseus.jobs import get_job
 from theseus.store import EmptyResult, Node, Store, trust
 from theseus.store import fs as rootfs
 from theseus.store.layout import CONFIG_FILE
-from theseus.store.schema import CHECKPOINT, CONFIG
+from theseus.store.schema import CHECKPOINT, CONFIG, JOB, JOB_SOURCE
 from theseus.train.trainer import Trainer
 
 LOSS = "train/loss"
@@ -198,7 +199,9 @@ def verify(store: Store | str, node: str | Node, steps: int, rtol: float = 1e-5,
     budget; else the checkpoint's own ``config.yaml``) and restored exactly
     (``partial=False``) on this machine's devices; nothing is written to the root.
     Bad input (malformed or unknown node, no checkpoint, ``steps`` < 1 or past the end
-    of the run, no logged loss in range) is a ValueError.
+    of the run, no logged loss in range) is a ValueError; so is a run whose job is not
+    registered in this process (the message names the module or file to import, from the
+    run's ``_job_source``: nothing named by the root is imported).
 
     >>> import tempfile
     >>> verify(tempfile.mkdtemp(), "Z2VuZXJhbC5kZWZhdWx0LnRyYWluLWdwdDo5NDllODg6MA", steps=2)
@@ -212,6 +215,9 @@ def verify(store: Store | str, node: str | Node, steps: int, rtol: float = 1e-5,
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
     node, folder = checkpoint_of(store, node)
+    run = store.run_record(node.nonce)
+    if run.get(JOB):
+        get_job(run[JOB], run.get(JOB_SOURCE))
     logged = logged_losses(store, node)
     # peak_flops NaN: no CPU peak is measured (or cached into the root) for a replay
     config = _config_after(store, node)

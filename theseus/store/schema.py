@@ -17,6 +17,7 @@ import pyarrow as pa
 
 # Reserved keys start with "_" and are only written through the writer's methods.
 JOB = "_job"
+JOB_SOURCE = "_job_source"  # where the job's class came from: "module:qualname" or "/path/file.py:qualname"
 CONFIG = "_config"
 STATUS = "_status"
 ERROR = "_error"
@@ -24,8 +25,8 @@ FINISHED = "_finished"
 CHECKPOINT = "_checkpoint"
 CLAIM = "_claim"  # a resume's claim to continue a lineage at this node (see store.claim)
 ARTIFACTS = "_artifacts"  # the node's artifact folder holds published files (analyses): gc keeps it
-RESERVED = {JOB: "str", CONFIG: "str", STATUS: "str", ERROR: "str", FINISHED: "bool", CHECKPOINT: "str", CLAIM: "str",
-            ARTIFACTS: "str"}
+RESERVED = {JOB: "str", JOB_SOURCE: "str", CONFIG: "str", STATUS: "str", ERROR: "str", FINISHED: "bool",
+            CHECKPOINT: "str", CLAIM: "str", ARTIFACTS: "str"}
 #: reserved keys whose value is a root-relative folder that gc must keep
 FOLDER_KEYS = (CHECKPOINT, ARTIFACTS)
 

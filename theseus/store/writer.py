@@ -95,6 +95,7 @@ class Records(NamedTuple):
 
 
 _JOB = Shape((schema.JOB, schema.CONFIG, schema.STATUS), ("str", "str", "str"))
+_JOB_WITH_SOURCE = Shape((schema.JOB, schema.CONFIG, schema.STATUS, schema.JOB_SOURCE), ("str", "str", "str", "str"))
 _STATUS = Shape((schema.STATUS,), ("str",))
 _CHECKPOINT = Shape((schema.CHECKPOINT,), ("str",))
 _FINISHED = Shape((schema.FINISHED, schema.STATUS), ("bool", "str"))
@@ -206,9 +207,24 @@ class Writer:
                 if all(t in _PYTYPE for t in types):
                     self._seen[shape.keys] = (shape, None if all(t is float for t in types) else types)
 
-    def job(self, node: Node, key: str, config_yaml: str) -> None:
-        """Record the job key and its config (YAML text) for ``node``; durable on return."""
-        self._commit(node, _JOB, (_text("job key", key), _text("config", config_yaml), "running"))
+    def job(self, node: Node, key: str, config_yaml: str, source: str | None = None) -> None:
+        """Record the job key and its config (YAML text) for ``node``, and where the job's class came
+        from (``source``, ``theseus.experiments.job_source``) when given; durable on return.
+
+        >>> import tempfile
+        >>> from theseus.store import Store
+        >>> store, node = Store(tempfile.mkdtemp()), Node.start("doc-job")
+        >>> with store.writer() as w:
+        ...     w.job(node, "mylab/train/mix", "lr: 0.1\\n", source="/home/me/mix.py:Mix")
+        >>> record = store.run_record(node.nonce)
+        >>> record["_job"], record["_job_source"], record["_status"]
+        ('mylab/train/mix', '/home/me/mix.py:Mix', 'running')
+        """
+        values = (_text("job key", key), _text("config", config_yaml), "running")
+        if source is None:
+            self._commit(node, _JOB, values)
+        else:
+            self._commit(node, _JOB_WITH_SOURCE, (*values, _text("job source", source)))
 
     def status(self, node: Node, status: str) -> None:
         """Buffer a status string (``running``, ``finished``, ``failed``...) for ``node``."""
