@@ -161,7 +161,8 @@ class MixtureLoader:
             if not (isinstance(source, (tuple, list)) and len(source) == 2 and isinstance(source[0], Dataset)):
                 raise TypeError(f"a MixtureLoader takes (Dataset, rate) pairs, got {source!r}; "
                                 "open_mixture(root, [Sampling(name, rate), ...]) opens datasets by name")
-        self.names = tuple(dataset.name for dataset, _ in sources)
+        self.datasets = tuple(dataset for dataset, _ in sources)
+        self.names = tuple(dataset.name for dataset in self.datasets)
         twice = sorted({name for name in self.names if self.names.count(name) > 1})
         if twice:
             raise ValueError(f"dataset(s) {', '.join(map(repr, twice))} named more than once in the mixture; "

@@ -216,8 +216,8 @@ def verify(store: Store | str, node: str | Node, steps: int, rtol: float = 1e-5,
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
     node, folder = checkpoint_of(store, node)
     run = store.run_record(node.nonce)
-    if run.get(JOB):
-        get_job(run[JOB], run.get(JOB_SOURCE))
+    # the run's own job class (its parts and code overrides) replays it; nothing the root names is imported
+    recipe = get_job(run[JOB], run.get(JOB_SOURCE)) if run.get(JOB) else None
     logged = logged_losses(store, node)
     # peak_flops NaN: no CPU peak is measured (or cached into the root) for a replay
     config = _config_after(store, node)
@@ -225,8 +225,7 @@ def verify(store: Store | str, node: str | Node, steps: int, rtol: float = 1e-5,
         with fsspec.open(f"{folder}/{CONFIG_FILE}", "r") as f:
             config = f.read()
     trust.plain_config(config, f"node {node.id} ({node.name}:{node.nonce}:{node.seq})")  # no tags, no resolvers
-    trainer = Trainer(config, store.root, log=log or logger,
-                      peak_flops=float("nan"), progress=False)
+    trainer = Trainer(config, store.root, recipe=recipe, log=log or logger, peak_flops=float("nan"), progress=False)
     try:
         trainer.restore(folder, partial=False)
         start = trainer.step

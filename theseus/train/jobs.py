@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from theseus import config as configs
+from theseus.experiments import job_source
 from theseus.jobs import Job, _NullWriter, job
 from theseus.store import EmptyResult, Node, layout, schema, trust
 from theseus.store import fs as rootfs
@@ -165,7 +166,7 @@ class Pretrain(Recipe, Job):
                 try:
                     if not self._ran and not self._ticked:  # a created job ticked before it ran: its lineage
                         # starts with the job record, as in job()
-                        w.job(self.node, self.key, configs.to_yaml(self.config))
+                        w.job(self.node, self.key, configs.to_yaml(self.config), source=job_source(type(self)))
                     self._ticked = True
                     self.trainer.tick()
                     self.trainer.wait()

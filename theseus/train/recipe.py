@@ -52,7 +52,7 @@ from theseus.train.config import (
 )
 from theseus.train.parts import Part, section_fields
 
-__all__ = ["PretrainConfig", "Recipe", "Sampling", "SourceConfig"]
+__all__ = ["PretrainConfig", "Recipe", "Sampling", "SourceConfig", "as_recipe"]
 
 #: the sections every training job has, in the seed's order; part sections fill the empty ones
 SECTIONS: tuple[tuple[str, type | None], ...] = (
@@ -307,5 +307,26 @@ class Recipe:
 
 
 Recipe.Config = Recipe.compose_config()
+
+
+def as_recipe(recipe: Recipe | type[Recipe] | None) -> Recipe:
+    """The recipe instance whose hooks a trainer calls: ``recipe`` itself, or one of the class ``recipe``.
+
+    An instance of a class is made without running its ``__init__`` (a job class's
+    needs a store), so hooks read only their arguments and class attributes.
+
+    >>> as_recipe(None).OPTIMIZER.name, isinstance(as_recipe(Recipe), Recipe)
+    ('adamw', True)
+    """
+    if recipe is None:
+        return Recipe()
+    if isinstance(recipe, type):
+        if not issubclass(recipe, Recipe):
+            raise TypeError(f"{recipe.__module__}.{recipe.__qualname__} is not a training recipe "
+                            "(a theseus.train.recipe.Recipe subclass such as a gpt/train/pretrain job)")
+        return recipe.__new__(recipe)
+    if not isinstance(recipe, Recipe):
+        raise TypeError(f"recipe must be a theseus.train.recipe.Recipe (class or instance), got {recipe!r}")
+    return recipe
 #: the config dataclass of `gpt/train/pretrain` (the seed's sections, then ``loss``)
 PretrainConfig = Recipe.Config

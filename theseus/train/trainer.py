@@ -61,7 +61,7 @@ from theseus.train.evaluations import EvalContext
 from theseus.train.example import tiny_example
 from theseus.train.plan import TrainingPlan
 from theseus.train.progress import TrainProgress
-from theseus.train.recipe import Recipe
+from theseus.train.recipe import Recipe, as_recipe
 from theseus.train.rng import init_key, key_from_json, key_to_json
 from theseus.train.sharding import DATA, ShardConfig, data_sharding, describe, make_mesh, state_shardings
 from theseus.train.step import BATCH_KEYS, init_state, make_eval_step, make_train_step
@@ -134,7 +134,7 @@ class Trainer:
     ):
         self.log = log
         self.root = os.fspath(root).rstrip("/")
-        self.recipe = (recipe or Recipe)() if isinstance(recipe, type) or recipe is None else recipe
+        self.recipe = as_recipe(recipe)
         self.on_report = on_report
         self.write_artifact = write_artifact
         self.sidecars = sidecars
