@@ -5,7 +5,8 @@ import optax
 import pytest
 
 from theseus.model import GPT, GPTConfig, loss_fn
-from theseus.train.optimizer import make_optimizer, wsd_schedule
+from theseus.train.optimizers import AdamW
+from theseus.train.schedules import wsd_schedule
 from theseus.train.step import (
     init_state,
     make_eval_step,
@@ -101,8 +102,8 @@ def test_all_masked_batch_has_zero_loss_and_grads(params):
 
 def test_loss_decreases_on_a_repetitive_dataset():
     total = 30
-    opt = make_optimizer(1e-2, 0.0, 0.9, 0.95, total, warmup_pct=0.1, decay_pct=0.2, final_lr_frac=0.1)
     schedule = wsd_schedule(1e-2, total, 0.1, 0.2, 0.1)
+    opt = optax.chain(optax.clip_by_global_norm(1.0), AdamW.build(AdamW.Config(lr=1e-2, weight_decay=0.0), schedule))
     state = fresh_state(MODEL, opt)
     step = jax.jit(make_train_step(MODEL, opt, accum_steps=2, schedule=schedule), donate_argnums=0)
     seq = jnp.tile(jnp.arange(17) % 5, (4, 1))

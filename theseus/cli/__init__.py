@@ -2,12 +2,12 @@
 
 One module per group of commands, each with a ``register(app)``: ``store`` (ls, show,
 compact), ``audit`` (audit, gc), ``replay`` (verify, plot), ``dispatch`` (submit, launch,
-logs); ``app`` holds the root command and ``jobs`` / ``run``; ``errors`` is how every
-command reports bad input.
+logs), ``parts`` (the parts of training jobs); ``app`` holds the root command and ``jobs`` /
+``run``; ``errors`` is how every command reports bad input.
 
 >>> from typer.testing import CliRunner
 >>> result = CliRunner().invoke(app, ["--help"])
->>> result.exit_code, all(name in result.output for name in ("audit", "compact", "plot", "submit"))
+>>> result.exit_code, all(name in result.output for name in ("audit", "compact", "parts", "plot", "submit"))
 (0, True)
 """
 

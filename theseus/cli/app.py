@@ -26,6 +26,7 @@ from rich.table import Table
 from theseus import logs
 from theseus.cli import audit as audit_commands
 from theseus.cli import dispatch as dispatch_commands
+from theseus.cli import parts as parts_commands
 from theseus.cli import plot as plot_commands
 from theseus.cli import replay as replay_commands
 from theseus.cli import store as store_commands
@@ -126,4 +127,5 @@ audit_commands.register(app)  # audit, gc
 replay_commands.register(app)  # verify
 plot_commands.register(app)  # plot
 dispatch_commands.register(app)  # submit, launch, logs
+parts_commands.register(app)  # parts
 

@@ -25,16 +25,24 @@ is AdamW's fields followed by WSD's.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
 import typing
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
-__all__ = ["KINDS", "Part", "get_part", "part", "parts", "section_fields"]
+__all__ = ["KINDS", "PART_MODULES", "Part", "get_part", "load_part_modules", "part", "parts", "section_fields"]
 
 #: The kinds of parts, in the order ``theseus parts`` lists them.
 KINDS = ("model", "optimizer", "schedule", "loss", "evaluation", "analysis")
 
+#: Modules imported (once, when the registry is first read) to register the built-in parts.
+#: A module that does not exist yet is skipped; add yours here or import it before use.
+PART_MODULES: list[str] = ["theseus.train.models", "theseus.train.optimizers", "theseus.train.schedules",
+                           "theseus.train.losses", "theseus.train.evaluations"]
+
 _PARTS: dict[str, dict[str, type[Part]]] = {kind: {} for kind in KINDS}  # the registry, filled by @part
+_LOADED: set[str] = set()
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
 
 
@@ -91,13 +99,31 @@ def part(kind: str, name: str, description: str | None = None):
     return register
 
 
-def parts(kind: str | None = None) -> dict[str, Any]:
-    """The registered parts: of one ``kind`` (name -> class, sorted), or all of them (kind -> that mapping).
+def load_part_modules(modules: Iterable[str] | None = None) -> None:
+    """Import the modules that register parts (``PART_MODULES`` by default); missing ones are skipped.
 
-    >>> import theseus.train.recipe  # registers the built-in parts
+    >>> load_part_modules(); "adamw" in _PARTS["optimizer"]
+    True
+    """
+    for name in list(PART_MODULES if modules is None else modules):
+        if name in _LOADED:
+            continue
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
+                raise  # the module exists but one of its imports is missing: a real error
+        _LOADED.add(name)
+
+
+def parts(kind: str | None = None) -> dict[str, Any]:
+    """The registered parts, built-in ones loaded first: of one ``kind`` (name -> class, sorted), or all of
+    them (kind -> that mapping).
+
     >>> "adamw" in parts("optimizer") and "wsd" in parts()["schedule"]
     True
     """
+    load_part_modules()
     if kind is not None:
         if kind not in KINDS:
             raise ValueError(f"unknown part kind {kind!r}; the kinds are {', '.join(KINDS)}")
@@ -108,7 +134,6 @@ def parts(kind: str | None = None) -> dict[str, Any]:
 def get_part(kind: str, name: str) -> type[Part]:
     """The part of ``kind`` registered as ``name``; an unknown name lists the known ones.
 
-    >>> import theseus.train.recipe
     >>> get_part("optimizer", "lion").name
     'lion'
     """

@@ -6,15 +6,16 @@ State is a plain dict pytree, one named leaf group per thing a checkpoint saves:
 
 `step` counts the updates applied so far (the node at seq k holds step == k).
 
->>> import jax, jax.numpy as jnp
+>>> import jax, jax.numpy as jnp, optax
 >>> from theseus.model import GPT, GPTConfig
->>> from theseus.train.optimizer import make_optimizer, wsd_schedule
+>>> from theseus.train.optimizers import AdamW
+>>> from theseus.train.schedules import wsd_schedule
 >>> cfg = GPTConfig(n_embd=32, n_head=4, n_layers=2, vocab_size=64, block_size=8)
 >>> model = GPT(cfg)
->>> opt = make_optimizer(1e-3, 0.1, 0.9, 0.95, 10, 0.0, 0.0, 0.1)
+>>> schedule = wsd_schedule(1e-3, 10, 0.0, 0.0, 0.1)
+>>> opt = optax.chain(optax.clip_by_global_norm(1.0), AdamW.build(AdamW.Config(lr=1e-3), schedule))
 >>> state = init_state(model, opt, jax.random.PRNGKey(0), cfg.block_size)
->>> step = jax.jit(make_train_step(model, opt, accum_steps=2,
-...                                schedule=wsd_schedule(1e-3, 10, 0.0, 0.0, 0.1)), donate_argnums=0)
+>>> step = jax.jit(make_train_step(model, opt, accum_steps=2, schedule=schedule), donate_argnums=0)
 >>> batch = {"x": jnp.zeros((4, 8), jnp.int32), "y": jnp.zeros((4, 8), jnp.int32),
 ...          "padding_mask": jnp.ones((4, 8), bool)}
 >>> state, metrics = step(state, batch, jax.random.PRNGKey(1))

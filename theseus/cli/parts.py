@@ -1,0 +1,76 @@
+"""The ``theseus parts`` command: the parts a training job is composed of, and the config keys each adds.
+
+::
+
+    theseus parts              # every kind
+    theseus parts optimizer    # one kind
+
+>>> from typer.testing import CliRunner
+>>> from theseus.cli import app
+>>> result = CliRunner().invoke(app, ["parts", "optimiser"])
+>>> result.exit_code, "the kinds are model, optimizer" in result.output
+(2, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from theseus.cli.errors import fail
+from theseus.train.parts import KINDS, Part, parts
+
+
+def config_keys(member: type[Part]) -> str:
+    """The config section ``member`` adds its fields to, and each field's default (nested sections by name).
+
+    >>> from theseus.train.parts import get_part
+    >>> config_keys(get_part("loss", "cross-entropy"))
+    'loss: z_loss=0.0'
+    """
+    if member.Config is None:
+        return "-"
+    keys = []
+    for f in dataclasses.fields(member.Config):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        keys.append(f.name if dataclasses.is_dataclass(default) else f"{f.name}={default!r}")
+    return f"{member.section}: {', '.join(keys)}"
+
+
+def list_parts(kind: Annotated[str | None, typer.Argument(
+        help=f"Only the parts of this kind: {', '.join(KINDS)}")] = None) -> None:
+    """List the parts training jobs are composed of: kind, name, config section and keys, description.
+
+    An unknown KIND exits with code 2 and lists the kinds.
+    \f
+    >>> from typer.testing import CliRunner
+    >>> from theseus.cli import app
+    >>> output = CliRunner().invoke(app, ["parts", "optimizer"], env={"COLUMNS": "200"}).output
+    >>> "adamw" in output and "optimization: weight_decay=0.1" in output and "wsd" not in output
+    True
+    """
+    if kind is not None and kind not in KINDS:
+        fail(f"unknown part kind {kind!r}; the kinds are {', '.join(KINDS)}", 2)
+    found = {kind: parts(kind)} if kind is not None else parts()
+    if not any(found.values()):
+        Console(highlight=False).print(f"no {kind} parts are registered")
+        return
+    table = Table("Kind", "Name", "Config", "Description")
+    for each_kind, members in found.items():
+        for name, member in members.items():
+            table.add_row(each_kind, name, config_keys(member), member.description)
+    Console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``parts`` to a Typer app.
+
+    >>> app = typer.Typer(); register(app)
+    >>> [c.name for c in app.registered_commands]
+    ['parts']
+    """
+    app.command("parts")(list_parts)
