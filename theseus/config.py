@@ -113,8 +113,12 @@ def _closest(cfg: DictConfig, key: str) -> str:
 
 
 def _exists(cfg: DictConfig, key: str) -> bool:
+    """Whether ``key`` names a node of ``cfg``; a list item is named by its index (``data.mixture.0.rate``)."""
     node: Any = cfg
     for part in key.split("."):
+        if isinstance(node, ListConfig) and not node._is_none() and part.isdigit() and int(part) < len(node):
+            node = node._get_node(int(part))
+            continue
         if not isinstance(node, DictConfig) or node._is_none() or part not in node:
             return False
         node = node._get_node(part)
@@ -200,8 +204,8 @@ def _update(cfg: DictConfig, items: list[tuple[str, Any]]) -> DictConfig:
             raise ConfigError(f"unknown config key {key!r}{_closest(cfg, key)}")
         if isinstance(value, _Text):
             value = _typed(_node(cfg, key), value)
-        try:
-            OmegaConf.update(cfg, key, value, merge=False)
+        try:  # a list is merged so its items become the list's typed elements (a mixture's sources)
+            OmegaConf.update(cfg, key, value, merge=isinstance(value, (list, ListConfig)))
         except OmegaConfBaseException as e:
             raise ConfigError(f"bad value for config key {key!r}: {_first_line(e)}") from None
     return cfg
@@ -210,7 +214,7 @@ def _update(cfg: DictConfig, items: list[tuple[str, Any]]) -> DictConfig:
 def _node(cfg: DictConfig, key: str) -> Any:
     node: Any = cfg
     for part in key.split("."):
-        node = node._get_node(part)
+        node = node._get_node(int(part) if isinstance(node, ListConfig) else part)
     return node
 
 

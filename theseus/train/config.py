@@ -113,9 +113,10 @@ class DataConfig:
 class TrainingConfig:
     """`training`: global batch, micro-batch (-1 probes), token budget, validation.
 
-    Total steps = tokens // (batch_size * architecture.block_size).
-    `warmup_pct`/`decay_pct` here are carried for compatibility; the learning-rate
-    schedule uses `optimization.warmup_pct`/`decay_pct` (the seed's logged rates).
+    Total steps = tokens // (batch_size * architecture.block_size). `evaluate` and
+    `analyze` turn the job's evaluations and analyses on at validation steps.
+    `warmup_pct`/`decay_pct` are the seed's keys, but the learning-rate schedule reads
+    `optimization.warmup_pct`/`decay_pct`: setting these is an error (`check_config`).
 
     >>> TrainingConfig().per_device_batch_size
     -1
