@@ -21,7 +21,7 @@ from tests.docs import _tutorial_blocks as blocks
 REPO = Path(__file__).resolve().parents[2]
 TUTORIALS = REPO / "docs" / "tutorials"
 RUNNER = Path(blocks.__file__).resolve()
-ORDER = ["running-experiments.md", "inspecting-runs.md"]
+ORDER = ["running-experiments.md", "inspecting-runs.md", "adding-an-experiment.md"]
 # fence languages that look like code but would silently not run: write python / bash / console
 SUSPICIOUS = {"py", "python3", "sh", "shell", "zsh", "ipython", "pycon"}
 

@@ -1,1 +1,15 @@
-"""Training: the pretraining job, its config, optimizer, sharding, steps, checkpoints and MFU."""
+"""Training: jobs composed of parts (model, data, optimizer, schedule, loss, evaluations), the trainer that runs them.
+
+The names an experiment file needs::
+
+    from theseus.train import Pretrain, Sampling, optimizers, schedules
+
+``Pretrain`` is the registered job ``gpt/train/pretrain``; subclass it and replace parts
+(see `theseus.train.recipe`).
+"""
+
+from theseus.train import evaluations, losses, models, optimizers, schedules
+from theseus.train.jobs import Pretrain
+from theseus.train.recipe import Recipe, Sampling
+
+__all__ = ["Pretrain", "Recipe", "Sampling", "evaluations", "losses", "models", "optimizers", "schedules"]

@@ -46,8 +46,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from loguru import logger
 from omegaconf import DictConfig
 
-from theseus.data.loader import Loader
-from theseus.data.store import open_dataset
+from theseus.data.mixture import Sampling, open_mixture
 from theseus.model.debug import DebugResult, capture, find_modules, normalize_path
 from theseus.model.gpt import count_params
 from theseus.model.layers.mlp import MLP
@@ -212,13 +211,16 @@ class Trainer:
         log.info(f"MODEL | Total Parameters: {self.n_params / 1e6:.2f}m")
         self.val_loader = (self.recipe.loader(cfg, self.root, "val", self.plan.micro_rows)
                            if self.validation else None)
+        self._val_loaders: dict[str, Any] = {}
+        if self.evaluations or self.analyses:  # open each source's val split now: a bad one fails before any step
+            for name in self.sources:
+                self._val_loader(name)
 
         # ---- runtime state ------------------------------------------------------------------
         self.state: dict | None = None
         self.step = 0
         self._key_device: jax.Array | None = None
         self._eval_step = None
-        self._val_loaders: dict[str, Any] = {}
         self._losses: dict[int, tuple[int, tuple]] = {}  # id(loader) -> (step, the loss pass of that step)
         self._host_batch: tuple[int, dict] | None = None
         self._last_find: list[tuple[str, ...]] = []
@@ -509,11 +511,10 @@ class Trainer:
             if self.val_loader is None:
                 self.val_loader = self.recipe.loader(self.config, self.root, "val", self.micro_rows)
             return self.val_loader
-        if dataset not in self._val_loaders:
-            name = f"{dataset}{self.config.data.suffix}"
-            opened = open_dataset(self.root, name, hint=f"data/tokenize/{dataset}")
-            self._val_loaders[dataset] = Loader(opened, "val", seed=self.config.data.seed,
-                                                batch_size=self.micro_rows, block_size=self.block_size)
+        if dataset not in self._val_loaders:  # one source of a mixture, padded to block_size like the mixture
+            self._val_loaders[dataset] = open_mixture(
+                self.root, [Sampling(dataset, 1.0)], "val", seed=self.config.data.seed, batch_size=self.micro_rows,
+                block_size=self.block_size, suffix=self.config.data.suffix)
         return self._val_loaders[dataset]
 
     def _loss_async(self, loader: Any) -> tuple[jax.Array, jax.Array]:
