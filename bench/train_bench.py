@@ -6,7 +6,9 @@ synthetic contiguous dataset in a temporary root. Checkpoints and validation are
 off on both sides so the comparison isolates the loop, batch placement and the
 per-step report (``on_report`` collects every step's metrics).
 
-- theseus: ``trainer.train(until=...)`` with ``report_interval=1``.
+- theseus: ``trainer.train(until=...)`` with ``report_interval=1``; with ``--composed`` the
+  trainer runs a composed recipe (a 70/30 mixture of two datasets, Lion, a cosine schedule)
+  and the bare loop the same compiled step over the same mixture batches.
 - bare: ``state, m = step(state, device_put(loader.batch(k)), key)`` in a Python loop,
   the same compiled step function and the same batches, no metrics fetched.
 
@@ -15,7 +17,7 @@ per-round ratios are printed (the machine may be shared: look at their spread), 
 so is the process CPU time per step, which other load on the machine barely moves.
 MFU = tokens/s * (6N + 12 L d T) / measured CPU matmul peak (activation dtype).
 
-    uv run python bench/train_bench.py [--steps 8] [--rounds 3] [--per-device 16]
+    uv run python bench/train_bench.py [--steps 8] [--rounds 3] [--per-device 16] [--composed]
 """
 
 from __future__ import annotations
@@ -28,16 +30,26 @@ import jax
 import numpy as np
 
 from theseus.data.store import DatasetWriter
+from theseus.train import optimizers, schedules
+from theseus.train.recipe import Recipe, Sampling
 from theseus.train.trainer import Trainer
 
 
+class Composed(Recipe):
+    """A mixture of two datasets, Lion and a cosine schedule."""
+
+    DATA = [Sampling("fineweb", 0.7), Sampling("prose", 0.3)]
+    OPTIMIZER = optimizers.Lion
+    SCHEDULE = schedules.Cosine
+
+
 def quickstart_config(steps_total: int, per_device: int) -> dict:
-    """The quickstart model with every-step reports, no checkpoints, no validation."""
+    """The quickstart model with every-step reports, no checkpoints, no validation or evaluations."""
     batch, block = 16, 128
     return {
         "architecture": {"n_embd": 128, "n_layers": 4, "n_head": 4, "block_size": block, "vocab_size": 100288},
         "training": {"batch_size": batch, "per_device_batch_size": per_device, "tokens": batch * block * steps_total,
-                     "validation": False},
+                     "validation": False, "evaluate": False},
         "logging": {"report_interval": 1, "checkpoint_interval": 10**9, "validation_interval": 10**9},
     }
 
@@ -48,28 +60,32 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--per-device", type=int, default=16)
+    parser.add_argument("--composed", action="store_true", help="a 70/30 mixture of two datasets, Lion, cosine")
     args = parser.parse_args()
 
     root = tempfile.mkdtemp(prefix="theseus-bench-")
     rng = np.random.default_rng(0)
-    with DatasetWriter(root, "fineweb", "contiguous") as w:
-        w.append("train", rng.integers(0, 100277, 2_000_000))
-        w.append("val", rng.integers(0, 100277, 50_000))
+    for name in ("fineweb", "prose"):
+        with DatasetWriter(root, name, "contiguous") as w:
+            w.append("train", rng.integers(0, 100277, 2_000_000))
+            w.append("val", rng.integers(0, 100277, 50_000))
 
     total = args.warmup + 2 * args.rounds * (args.steps + args.warmup) + 8
     reports: list[tuple[int, dict]] = []
     from loguru import logger
 
     logger.remove()  # keep the bench output readable (the TRAIN lines would print every step)
-    trainer = Trainer(quickstart_config(total, args.per_device), root, progress=False,
+    config = quickstart_config(total, args.per_device)
+    trainer = Trainer(config, root, recipe=Composed if args.composed else None, progress=False,
                       on_report=lambda step, metrics: reports.append((step, metrics)))
     trainer.init()
     step_fn = trainer.train_step  # compiled once, shared by both loops
     peak = trainer.peak_flops
+    print(f"recipe: {'composed (mixture 0.7/0.3, Lion, cosine)' if args.composed else 'gpt/train/pretrain'}")
     print(f"model: {trainer.n_params / 1e6:.2f}M params, batch {trainer.batch_size} x {trainer.block_size}, "
           f"per-device {trainer.per_device_batch_size} x {trainer.accumulation} accumulation, "
           f"{jax.device_count()} {jax.devices()[0].platform} device(s)")
-    print(f"measured CPU peak ({trainer.model_config.activation_dtype}): {peak / 1e9:.1f} GFLOP/s; "
+    print(f"measured CPU peak ({trainer.config.architecture.dtype.activation}): {peak / 1e9:.1f} GFLOP/s; "
           f"{trainer.flops_per_token / 1e6:.1f} MFLOP/token")
 
     trainer.train(until=args.warmup)  # warm both the loop and the step
