@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import jax
+
 from theseus import config as configs
 from theseus.experiments import job_source
 from theseus.jobs import Job, _NullWriter, job
@@ -26,12 +28,14 @@ from theseus.train.recipe import Recipe
 
 @job("gpt/train/pretrain", "Pretrain a GPT on a tokenized dataset; every step a node, checkpoints in objects/.")
 class Pretrain(Recipe, Job):
-    """Pretrain a GPT on ``<root>/data/<data.dataset>``: the node at seq k holds the state after k steps.
+    """Train the recipe's model on its data (the seed's: a GPT on ``<root>/data/<data.dataset>``); the node at
+    seq k holds the state after k steps.
 
-    Reports land on their step's node, checkpoints under ``objects/<node-id>/``
-    and the node's checkpoint record is appended only after the checkpoint's
-    MANIFEST is published. Restoring (``q.find()...resume()`` or ``branch()``)
-    continues from the base node's checkpoint.
+    A subclass replaces parts (``DATA``, ``OPTIMIZER``...) or overrides a hook
+    (``model``, ``loss``): see `theseus.train.recipe.Recipe`. Reports land on their
+    step's node, checkpoints under ``objects/<node-id>/`` and the node's checkpoint
+    record is appended only after the checkpoint's MANIFEST is published. Restoring
+    (``q.find()...resume()`` or ``branch()``) continues from the base node's checkpoint.
 
     >>> Pretrain.key
     'gpt/train/pretrain'
@@ -39,10 +43,7 @@ class Pretrain(Recipe, Job):
 
     def setup(self) -> None:
         """Validate, build the trainer (autobatch when asked) and initialise or restore its state."""
-        # lazily: registering the job (``theseus jobs``) must not load JAX, which the trainer imports
-        import jax
-
-        from theseus.train.trainer import Trainer
+        from theseus.train.trainer import Trainer  # with TensorStore, loaded only when a training job is set up
 
         checkpoint = None
         if self.base is not None:
