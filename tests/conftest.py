@@ -3,6 +3,7 @@ distribution packages the dispatch tests need, installed before the run."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -43,23 +44,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def scratch_experiments():
-    """Lets a test import experiment files (``theseus.experiments``) and register their jobs; afterwards
-    the job registry, the experiments imported and their modules are as before, so the next test's
+@contextlib.contextmanager
+def scratch_registry():
+    """Inside it, experiment files may be imported (``theseus.experiments``) and register their jobs; on
+    leaving, the job registry, the experiments imported and their modules are as before, so later tests'
     launches ship none of them."""
     from theseus import experiments, jobs
 
     jobs.registry()  # the built-in jobs are loaded before the snapshot
     registered, imported = dict(jobs._REGISTRY), dict(experiments._IMPORTED)
-    yield
-    added = set(experiments._IMPORTED) - set(imported)
-    for name in [n for n in sys.modules if n in added or (n.startswith("theseus_experiment_") and n not in imported)]:
-        del sys.modules[name]
-    jobs._REGISTRY.clear()
-    jobs._REGISTRY.update(registered)
-    experiments._IMPORTED.clear()
-    experiments._IMPORTED.update(imported)
+    try:
+        yield
+    finally:
+        added = set(experiments._IMPORTED) - set(imported)
+        for name in [n for n in sys.modules
+                     if n in added or (n.startswith("theseus_experiment_") and n not in imported)]:
+            del sys.modules[name]
+        jobs._REGISTRY.clear()
+        jobs._REGISTRY.update(registered)
+        experiments._IMPORTED.clear()
+        experiments._IMPORTED.update(imported)
+
+
+@pytest.fixture
+def scratch_experiments():
+    """Lets a test import experiment files and register their jobs (`scratch_registry`) for its duration."""
+    with scratch_registry():
+        yield
 
 
 @pytest.fixture(scope="session")

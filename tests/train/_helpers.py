@@ -1,4 +1,4 @@
-"""Helpers of the trainer tests: a tiny contiguous dataset, tiny configs, a list logger."""
+"""Helpers of the trainer tests: tiny contiguous and padded datasets, tiny configs, a list logger."""
 
 from __future__ import annotations
 
@@ -41,6 +41,22 @@ def write_dataset(root, name="fineweb", tokens=40_000, vocab=VOCAB, seed=0):
     with DatasetWriter(str(root), name, "contiguous") as w:
         w.append("train", out[: tokens * 9 // 10])
         w.append("val", out[tokens * 9 // 10:])
+
+
+def write_padded(root, name="chat", rows=200, width=32, vocab=VOCAB, seed=1):
+    """A padded dataset: each row a short learnable sequence, then eot; only the second half counts."""
+    rng = np.random.default_rng(seed)
+    eot = vocab - 1
+    tokens = np.full((rows, width), eot, dtype=np.uint32)
+    mask = np.zeros((rows, width), dtype=bool)
+    for i in range(rows):
+        n = int(rng.integers(8, width))
+        tokens[i, :n] = (np.arange(n) * 3 + i) % (vocab - 1)
+        mask[i, n // 2:n] = True
+    with DatasetWriter(str(root), name, "padded") as w:
+        w.set_tokenizer({"backend": "tiktoken", "name": "toy", "vocab_size": vocab, "eot": eot})
+        w.append("train", tokens[: rows * 9 // 10], mask[: rows * 9 // 10])
+        w.append("val", tokens[rows * 9 // 10:], mask[rows * 9 // 10:])
 
 
 BASE = {

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from tests.train._helpers import VOCAB, config, write_dataset
+from tests.train._helpers import VOCAB, config, write_dataset, write_padded
 from theseus.audit import gc
-from theseus.data.store import DatasetWriter
 from theseus.jobs import job
 from theseus.quick import quick
 from theseus.store import Store
@@ -20,22 +19,6 @@ from theseus.train import losses, optimizers, schedules
 from theseus.train.evaluations import Analysis
 from theseus.train.jobs import Pretrain
 from theseus.train.recipe import Recipe, Sampling, as_recipe
-
-
-def write_padded(root, name="chat", rows=200, width=32, vocab=VOCAB, seed=1):
-    """A padded dataset: each row a short learnable sequence, then eot; only the second half counts."""
-    rng = np.random.default_rng(seed)
-    eot = vocab - 1
-    tokens = np.full((rows, width), eot, dtype=np.uint32)
-    mask = np.zeros((rows, width), dtype=bool)
-    for i in range(rows):
-        n = int(rng.integers(8, width))
-        tokens[i, :n] = (np.arange(n) * 3 + i) % (vocab - 1)
-        mask[i, n // 2:n] = True
-    with DatasetWriter(str(root), name, "padded") as w:
-        w.set_tokenizer({"backend": "tiktoken", "name": "toy", "vocab_size": vocab, "eot": eot})
-        w.append("train", tokens[: rows * 9 // 10], mask[: rows * 9 // 10])
-        w.append("val", tokens[rows * 9 // 10:], mask[rows * 9 // 10:])
 
 
 @pytest.fixture
