@@ -54,6 +54,7 @@ from theseus.store.fs import write_atomic
 from theseus.store.layout import CONFIG_FILE, RNG_FILE
 from theseus.train import autobatch, mfu
 from theseus.train import checkpoint as ckpt
+from theseus.train.compile_cache import enable_compilation_cache
 from theseus.train.config import gpt_config, load_config, to_yaml
 from theseus.train.optimizer import make_optimizer, wsd_schedule
 from theseus.train.progress import TrainProgress
@@ -228,6 +229,7 @@ class Trainer:
         memory_budget_bytes: int | None = None,
         progress: bool | None = None,
     ):
+        enable_compilation_cache(log=log)  # before anything compiles: a second start reads what the first compiled
         self.log = log
         self.root = os.fspath(root).rstrip("/")
         self.on_report = on_report
