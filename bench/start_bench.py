@@ -149,12 +149,15 @@ def main() -> None:
         results["first"].append(run("fresh", nonce="", cache=cache))
         written = entries(cache)
         results["second"].append(run("fresh", nonce="", cache=cache))
+        by_second = entries(cache) - written
         results["resume cold"].append(run("resume", nonce=base, cache=cold))
         results["resume warm"].append(run("resume", nonce=base, cache=cache))
-        new = entries(cache) - written
+        by_resume = entries(cache) - written - by_second
         print(f"  round {r}: " + " | ".join(
             f"{name} {res[-1]['total']:.2f} s (imports {res[-1]['imports']:.2f}, created {res[-1]['created']:.2f})"
-            for name, res in results.items()) + f" | cache: {written} entries, +{new} after", flush=True)
+            for name, res in results.items())
+            + f" | cache entries: {written} by the first start, +{by_second} by the second, +{by_resume} by the "
+              "warm resume", flush=True)
 
     med = {name: statistics.median(x["total"] for x in res) for name, res in results.items()}
     rows = [
