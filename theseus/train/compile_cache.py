@@ -75,7 +75,8 @@ def _writable_folder(folder: str) -> str | None:
 def enable_compilation_cache(folder: str | None = None, *, log: Any = logger) -> str | None:
     """Point JAX's persistent compilation cache at ``folder`` (default: `cache_folder()`); returns the folder in use.
 
-    Call it before compiling: programs compiled earlier are not cached. Idempotent:
+    A ``folder`` given here is used as it is (``THESEUS_COMPILATION_CACHE`` only picks
+    the default). Call it before compiling: programs compiled earlier are not cached. Idempotent:
     once a cache folder is set in this process (by this function or by the user,
     through ``jax_compilation_cache_dir`` or ``JAX_COMPILATION_CACHE_DIR``), that
     folder and its settings are kept and returned, since JAX opens its cache once
