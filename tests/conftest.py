@@ -1,14 +1,17 @@
-"""Shared fixtures: temporary roots on local disk and on a GCS emulator (127.0.0.1 only), and the
-distribution packages the dispatch tests need, installed before the run."""
+"""Shared fixtures: temporary roots on local disk and on a GCS emulator (127.0.0.1 only), the
+distribution packages the dispatch tests need, installed before the run, and a compilation cache
+of the session's own."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,17 +22,35 @@ from tests import system_packages
 REPO = Path(__file__).resolve().parents[1]
 
 
-def pytest_configure(config):
-    """Install the distribution packages the dispatch tests need before any test runs.
+COMPILATION_CACHE = "THESEUS_COMPILATION_CACHE"
+SESSION_CACHE = pytest.StashKey[str]()
 
-    Only the controller installs (xdist's workers start after it), and only when the
-    run collects the dispatch tests.
+
+def pytest_configure(config):
+    """Point JAX's compilation cache at a folder of this session, and install the distribution packages
+    the dispatch tests need, before any test runs.
+
+    Only the controller does either (xdist's workers start after it and inherit its environment,
+    so they and the subprocesses of tests share the session's cache). A
+    ``THESEUS_COMPILATION_CACHE`` set by the caller (``off``, or a folder) is kept.
     """
-    if hasattr(config, "workerinput") or not _runs_dispatch_tests(config):
+    if hasattr(config, "workerinput"):
+        return
+    if COMPILATION_CACHE not in os.environ:  # never the user's ~/.cache: the session's own, removed at its end
+        os.environ[COMPILATION_CACHE] = config.stash[SESSION_CACHE] = tempfile.mkdtemp(prefix="theseus-jax-")
+    if not _runs_dispatch_tests(config):
         return
     why = system_packages.install_missing()
     if why is not None:
         print(f"theseus tests: {why}", file=sys.stderr)
+
+
+def pytest_unconfigure(config):
+    """Remove the session's compilation cache (the controller made it, the controller removes it)."""
+    folder = config.stash.get(SESSION_CACHE, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(COMPILATION_CACHE, None)
 
 
 def _runs_dispatch_tests(config) -> bool:

@@ -33,16 +33,9 @@ def make_trainer(data_root, peak_cache):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _compilation_cache(tmp_path_factory):
-    """Reuse compiled programs across the many identical tiny trainers of this folder."""
-    import jax
+def _compilation_cache():
+    """Reuse compiled programs across the many identical tiny trainers of this folder, in the session's cache
+    (tests/conftest.py), also for the steps these tests compile without a Trainer."""
+    from theseus.train.compile_cache import enable_compilation_cache
 
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes")
-    old = {n: getattr(jax.config, n) for n in names}
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax-cache")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    yield
-    for n, v in old.items():
-        jax.config.update(n, v)
+    return enable_compilation_cache()

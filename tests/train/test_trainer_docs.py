@@ -5,8 +5,8 @@ import importlib
 
 import pytest
 
-MODULES = ["theseus.train.config", "theseus.train.progress", "theseus.model.debug", "theseus.train.trainer",
-           "theseus.replay.verify"]
+MODULES = ["theseus.train.compile_cache", "theseus.train.config", "theseus.train.progress", "theseus.model.debug",
+           "theseus.train.trainer", "theseus.replay.verify"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -55,6 +55,7 @@ from theseus.store.layout import CONFIG_FILE, RNG_FILE
 from theseus.train import autobatch, mfu
 from theseus.train import checkpoint as ckpt
 from theseus.train.checkpointing import Checkpoints
+from theseus.train.compile_cache import enable_compilation_cache
 from theseus.train.config import load_config, to_yaml
 from theseus.train.evaluations import EvalContext
 from theseus.train.example import tiny_example
@@ -131,6 +132,7 @@ class Trainer:
         memory_budget_bytes: int | None = None,
         progress: bool | None = None,
     ):
+        enable_compilation_cache(log=log)  # before anything compiles: a second start reads what the first compiled
         self.log = log
         self.root = os.fspath(root).rstrip("/")
         self.recipe = as_recipe(recipe)
