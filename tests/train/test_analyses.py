@@ -194,6 +194,7 @@ def train(root, key, cfg):
     return created.node.nonce
 
 
+@pytest.mark.slow
 def test_analyses_publish_at_validation_steps_and_audit_checks_their_files(tmp_path):
     write_dataset(tmp_path)
     root = str(tmp_path)
@@ -233,6 +234,7 @@ def test_analyses_publish_at_validation_steps_and_audit_checks_their_files(tmp_p
                       ("missing-file", f"objects/{nodes[2].id}/analysis/attention/entropy.npy")}
 
 
+@pytest.mark.slow
 def test_training_analyze_false_runs_no_analysis(tmp_path):
     write_dataset(tmp_path)
     root = str(tmp_path)
