@@ -138,7 +138,9 @@ class Recipe:
     - ``OPTIMIZER``, ``SCHEDULE``: their fields share ``optimization``.
     - ``LOSS``: ``loss(config)`` builds the per-token loss.
     - ``EVALUATION``, ``ANALYSIS``: lists of parts run at validation steps when
-      ``training.evaluate`` / ``training.analyze`` are true.
+      ``training.evaluate`` / ``training.analyze`` are true. ``gpt/train/pretrain`` lists no
+      analysis (each costs a recorded forward pass and a picture at every validation step); a
+      subclass lists them: ``ANALYSIS = [Attention, Norms, LogitLens]`` (`theseus.train.analyses`).
 
     >>> Recipe.OPTIMIZER.name, Recipe.SCHEDULE.name, [e.name for e in Recipe.EVALUATION]
     ('adamw', 'wsd', ['val-loss'])

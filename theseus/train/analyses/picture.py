@@ -11,10 +11,12 @@ b'\\x89PNG\\r\\n\\x1a\\n'
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["mosaic", "new_figure", "png"]
 
@@ -27,6 +29,10 @@ def new_figure(width: float, height: float) -> Figure:
     >>> new_figure(3, 2).get_size_inches().tolist()
     [3.0, 2.0]
     """
+    # lazily: matplotlib loads when a picture is drawn, not whenever the parts registry is read
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(width, height), dpi=DPI)
     FigureCanvasAgg(figure)
     return figure
