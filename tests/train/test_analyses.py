@@ -10,6 +10,7 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+import polars as pl
 import pytest
 from omegaconf import OmegaConf
 
@@ -217,6 +218,8 @@ def test_analyses_publish_at_validation_steps_and_audit_checks_their_files(tmp_p
             assert f"{name}.png" in os.listdir(folder)
     attention = np.load(os.path.join(root, "objects", nodes[2].id, "analysis", "attention", "attention.npy"))
     assert attention.shape == (2, 2, 4, 32, 32)  # layer, sample, head, query, key
+    log = pl.scan_parquet(f"{root}/log/**/*.parquet", hive_partitioning=True).collect()
+    assert log.filter(pl.col("key") == "_artifacts").height == 2  # one record per node, not one per file
     key = "analysis/logit-lens/agreement"
     assert store.find().nonce(nonce).has(key).sort(key).last().seq in (2, 4)
 
