@@ -241,7 +241,7 @@ def test_training_analyze_and_evaluate_turn_the_hooks_off(tmp_path):
     ({"eval": {"length": 64}}, "eval.length=64 is not implemented yet"),
     ({"logging": {"remote": True}}, "logging.remote=True is not implemented yet"),
     ({"architecture": {"instrumentation": {"residual": True}}},
-     "architecture.instrumentation.residual=True is not implemented yet"),
+     "architecture.instrumentation.residual=True does nothing here"),
     ({"training": {"warmup_pct": 0.2}}, "training.warmup_pct=0.2 is not read by the schedule: "
                                         "the learning-rate schedule reads optimization.warmup_pct"),
     ({"training": {"decay_pct": 0.5}}, "training.decay_pct=0.5 is not read by the schedule"),

@@ -13,21 +13,17 @@ from the bytes hashed.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from theseus.audit.reading import INDEX, first_line, parse_config, relative, thread_count
+from theseus.audit.reading import INDEX, file_digest, first_line, list_files, parse_config, thread_count
 from theseus.audit.report import ERROR, WARNING, CheckpointAudit, Problem
 from theseus.store import fs as rootfs
 from theseus.store import trust
-from theseus.store.layout import CONFIG_FILE, OBJECTS
+from theseus.store.layout import ANALYSIS, CONFIG_FILE, OBJECTS
 from theseus.store.manifest import MANIFEST, FileEntry
 from theseus.store.manifest import parse as parse_manifest
-
-CHUNK = 4 << 20  # bytes hashed per read
 
 
 def folder_of(path: str) -> str:
@@ -65,7 +61,7 @@ def check_checkpoints(fs, base, wanted, verify, threads, problems) -> dict[str, 
             for rel, entry in (listed or {}).items():
                 if rel in present and present[rel] == entry.size and (verify or rel in (CONFIG_FILE, INDEX)):
                     tasks.append((i, rel))
-        digests = list(pool.map(lambda t: _digest(fs, f"{base}/{wanted[t[0]]['value']}/{t[1]}",
+        digests = list(pool.map(lambda t: file_digest(fs, f"{base}/{wanted[t[0]]['value']}/{t[1]}",
                                                   t[1] in (CONFIG_FILE, INDEX)),
                                 tasks))
     results: list[dict[str, Any]] = [{} for _ in wanted]
@@ -91,7 +87,8 @@ def _open_checkpoint(fs, base: str, path: str) -> tuple[dict[str, FileEntry] | N
         folder = trust.checkpoint_folder(fs, base, path)  # the rule resume applies too
     except ValueError as e:
         return None, {}, Problem("bad-checkpoint-path", str(path), str(e))
-    present = _list_files(fs, folder)
+    present = {rel: size for rel, size in list_files(fs, folder).items()
+               if not rel.startswith(f"{ANALYSIS}/")}  # published analyses: sealed by their own manifests
     if not present:
         return None, present, Problem("missing-checkpoint", path, f"checkpoint folder {path} is missing or empty, "
                                       "but a checkpoint record references it")
@@ -104,42 +101,6 @@ def _open_checkpoint(fs, base: str, path: str) -> tuple[dict[str, FileEntry] | N
         return None, present, Problem("bad-manifest", f"{path}/{MANIFEST}",
                                       f"malformed {path}/{MANIFEST}: {first_line(e)}")
     return listed, present, None
-
-
-def _list_files(fs, folder: str) -> dict[str, int]:
-    """Every file under ``folder`` (relative path -> size); empty when the folder does not exist."""
-    if rootfs.is_local(fs):
-        out = {}
-        for top, _, names in os.walk(folder):
-            for name in names:
-                full = os.path.join(top, name)
-                out[os.path.relpath(full, folder).replace(os.sep, "/")] = os.stat(full).st_size
-        return out
-    try:
-        found = fs.find(folder, detail=True)
-    except FileNotFoundError:
-        return {}
-    return {relative(folder, p): int(info.get("size") or 0) for p, info in found.items()
-            if info.get("type") != "directory"}
-
-
-def _digest(fs, path: str, keep: bool) -> tuple[int, str, bytes | None] | Exception:
-    """(bytes read, sha256, the content when ``keep``): every byte read once, in chunks."""
-    digest, size, kept = hashlib.sha256(), 0, []
-    try:
-        if rootfs.is_local(fs):
-            f = rootfs.open_regular(path)  # a FIFO or device listed in a MANIFEST would block or never end
-        else:
-            f = fs.open(path, "rb", block_size=CHUNK, cache_type="none")
-        with f:
-            while block := f.read(CHUNK):
-                digest.update(block)
-                size += len(block)
-                if keep:
-                    kept.append(block)
-    except Exception as e:
-        return e
-    return size, digest.hexdigest(), b"".join(kept) if keep else None
 
 
 def _array_of(rel: str, arrays: list[str]) -> str | None:

@@ -9,6 +9,7 @@ plain data with the rule resume applies (``store/trust.py``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import fsspec
@@ -17,6 +18,7 @@ from theseus.store import fs as rootfs
 from theseus.store import trust
 
 INDEX = "checkpoint/index.json"
+CHUNK = 4 << 20  # bytes hashed per read
 
 
 def open_root(root: str | os.PathLike) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -69,3 +71,50 @@ def parse_config(data: bytes) -> dict:
     """
     loaded = trust.plain_config(data.decode(), "this checkpoint")
     return loaded if isinstance(loaded, dict) else {"": loaded}
+
+
+def list_files(fs, folder: str) -> dict[str, int]:
+    """Every file under ``folder`` (relative path -> size); empty when the folder does not exist.
+
+    >>> import tempfile
+    >>> list_files(rootfs.open_root("/")[0], tempfile.mkdtemp() + "/none")
+    {}
+    """
+    if rootfs.is_local(fs):
+        out = {}
+        for top, _, names in os.walk(folder):
+            for name in names:
+                full = os.path.join(top, name)
+                out[os.path.relpath(full, folder).replace(os.sep, "/")] = os.stat(full).st_size
+        return out
+    try:
+        found = fs.find(folder, detail=True)
+    except FileNotFoundError:
+        return {}
+    return {relative(folder, p): int(info.get("size") or 0) for p, info in found.items()
+            if info.get("type") != "directory"}
+
+
+def file_digest(fs, path: str, keep: bool) -> tuple[int, str, bytes | None] | Exception:
+    """(bytes read, sha256, the content when ``keep``), or the error reading it: every byte read once, in chunks.
+
+    >>> import tempfile
+    >>> path = tempfile.mkstemp()[1]
+    >>> file_digest(rootfs.open_root("/")[0], path, keep=True)[::2]
+    (0, b'')
+    """
+    digest, size, kept = hashlib.sha256(), 0, []
+    try:
+        if rootfs.is_local(fs):
+            f = rootfs.open_regular(path)  # a FIFO or device listed in a MANIFEST would block or never end
+        else:
+            f = fs.open(path, "rb", block_size=CHUNK, cache_type="none")
+        with f:
+            while block := f.read(CHUNK):
+                digest.update(block)
+                size += len(block)
+                if keep:
+                    kept.append(block)
+    except Exception as e:
+        return e
+    return size, digest.hexdigest(), b"".join(kept) if keep else None

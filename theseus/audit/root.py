@@ -4,7 +4,8 @@ The audit reads the log once (Parquet: each segment as readers read it, every pa
 against its CRC and its block index against its rows), every view (its CRCs, and each
 run it covers against the log's fold of that run), every checkpoint's ``MANIFEST.json``
 and ``checkpoint/index.json`` (JSON) and ``config.yaml`` (plain data: see ``trust``), and
-streams every checkpoint file once through sha256. Nothing read from the root is
+streams every checkpoint file once through sha256; every published analysis likewise against
+its own ``MANIFEST.json`` (``audit/analyses.py``). Nothing read from the root is
 executed or unpickled (DESIGN.md invariant 4), so a root copied from a stranger
 can be audited safely; this module imports no JAX.
 
@@ -43,6 +44,7 @@ from typing import Any
 
 import polars as pl
 
+from theseus.audit.analyses import check_analyses
 from theseus.audit.checkpoints import check_checkpoints, folder_of
 from theseus.audit.reading import first_line, open_root, parse_config, relative, thread_count
 from theseus.audit.report import WARNING, AuditReport, Change, CheckpointAudit, GcReport, Problem, Resume, RunAudit
@@ -100,6 +102,9 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
     problems += _config_problems(records, nonce)
     wanted = [r for r in records if r["key"] == schema.CHECKPOINT and (nonce is None or r["nonce"] == nonce)]
     checked = check_checkpoints(fs, base, wanted, verify_checksums, threads, problems)
+    published = {folder_of(r["value"]) for r in records if r["key"] in schema.FOLDER_KEYS and r["value"]
+                 and (nonce is None or r["nonce"] == nonce)}
+    analysis_files, analysis_bytes = check_analyses(fs, base, published, verify_checksums, threads, problems)
     runs = _runs(fs, base, _run_rows(audited), records, checkpoints, checked, known, problems)
     referenced = {folder_of(path) for path in checkpoints.values()} | _artifact_folders(records)
     unreferenced = _unreferenced(fs, base, referenced, nonce, problems)
@@ -114,8 +119,8 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
         problems=tuple(problems),
         unreferenced=tuple(unreferenced),
         segments=segments,
-        files=sum(c.files for c in checked.values()),
-        bytes_verified=sum(c.hashed for c in checked.values()) if verify_checksums else 0,
+        files=sum(c.files for c in checked.values()) + analysis_files,
+        bytes_verified=sum(c.hashed for c in checked.values()) + analysis_bytes if verify_checksums else 0,
         seconds=round(time.perf_counter() - start, 4),
         checksums=verify_checksums,
     )

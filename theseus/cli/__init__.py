@@ -2,8 +2,9 @@
 
 One module per group of commands, each with a ``register(app)``: ``store`` (ls, show,
 compact), ``audit`` (audit, gc), ``replay`` (verify, plot), ``dispatch`` (submit, launch,
-logs), ``parts`` (the parts of training jobs); ``app`` holds the root command and ``jobs`` /
-``run``; ``errors`` is how every command reports bad input.
+logs), ``parts`` (the parts of training jobs), ``analyze`` (an analysis of a checkpoint);
+``app`` holds the root command and ``jobs`` / ``run``; ``errors`` is how every command
+reports bad input.
 
 >>> from typer.testing import CliRunner
 >>> result = CliRunner().invoke(app, ["--help"])

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from theseus import logs
+from theseus.cli import analyze as analyze_commands
 from theseus.cli import audit as audit_commands
 from theseus.cli import dispatch as dispatch_commands
 from theseus.cli import parts as parts_commands
@@ -128,4 +129,5 @@ replay_commands.register(app)  # verify
 plot_commands.register(app)  # plot
 dispatch_commands.register(app)  # submit, launch, logs
 parts_commands.register(app)  # parts
+analyze_commands.register(app)  # analyze
 

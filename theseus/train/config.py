@@ -41,7 +41,8 @@ class DtypeConfig:
 
 @dataclasses.dataclass
 class InstrumentationConfig:
-    """`architecture.instrumentation`: flags carried for the debugging tools.
+    """`architecture.instrumentation`: what the norms analysis adds (`theseus.train.analyses.norms`): each
+    token's residual-stream norms (`residual`), the attention and MLP outputs' norms (`components`).
 
     >>> InstrumentationConfig().residual
     False
@@ -226,9 +227,10 @@ class NotImplementedSetting(ValueError):
 NOT_IMPLEMENTED = {
     "eval.length": "evaluations read architecture.block_size tokens",
     "logging.remote": "runs are watched from their root (`theseus ls`, `theseus plot`)",
-    "architecture.instrumentation.residual": "inspect any layer with trainer.debug(path) instead",
-    "architecture.instrumentation.components": "inspect any layer with trainer.debug(path) instead",
 }
+#: keys only analyses read (an analysis names them in its ``reads``): `Recipe.check` refuses one set
+#: in a job that runs no analysis reading it
+READ_BY_ANALYSES = ("architecture.instrumentation.residual", "architecture.instrumentation.components")
 #: keys that the schedule reads elsewhere: setting them is an error rather than silently ignored
 SCHEDULE_KEYS = {"training.warmup_pct": "optimization.warmup_pct", "training.decay_pct": "optimization.decay_pct"}
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from theseus.train.parts import Part, part
 
@@ -32,6 +32,10 @@ __all__ = ["Analysis", "EvalContext", "Evaluation", "ValidationLoss"]
 
 def _no_artifacts(name: str, data: bytes) -> str:
     raise ValueError(f"cannot write {name!r}: this trainer has no artifact folder (it runs without a store)")
+
+
+def _no_batches(dataset: str | None) -> dict:
+    raise ValueError("this context has no validation data")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +48,12 @@ class EvalContext:
     - ``mean_loss(dataset)``: mean token loss of ``params`` over ``training.validation_steps``
       batches of that dataset's val split (``None``: the whole mixture);
     - ``write(name, data)``: publish ``data`` (bytes) as ``analysis/<name>`` in the node's
-      artifact folder; returns its path relative to the root.
+      artifact folder, ``name`` a file name or ``<folder>/<file>`` (one folder of files, as
+      `theseus.train.analyses.base.publish_folder` writes them); returns its path relative to the root;
+    - ``batch(dataset)``: the first validation batch of that dataset (``None``: the job's data) as
+      NumPy ``x``, ``y``, ``padding_mask``, the rows of one micro-batch;
+    - ``tokenizer``: the tokenizer the job's data was tokenized with, as its dataset records it
+      (``{"backend": ..., "name": ...}``), or None.
 
     >>> EvalContext(step=1, params={}, config=None, sources=(), mean_loss=lambda d: 1.0).mean_loss(None)
     1.0
@@ -58,6 +67,8 @@ class EvalContext:
     model: Any = None
     write: Callable[[str, bytes], str] = _no_artifacts
     log: Any = None
+    batch: Callable[[str | None], Mapping[str, Any]] = _no_batches
+    tokenizer: Mapping[str, Any] | None = None
 
 
 class Evaluation(Part):
@@ -76,9 +87,14 @@ class Evaluation(Part):
 class Analysis(Evaluation):
     """Base of the analysis parts: like an evaluation, and may write files (``training.analyze`` turns them on).
 
-    >>> issubclass(Analysis, Evaluation)
-    True
+    ``reads`` names config keys that only this analysis reads (``architecture.instrumentation.*``):
+    a job that sets one without listing an analysis that reads it is refused (`Recipe.check`).
+
+    >>> issubclass(Analysis, Evaluation), Analysis.reads
+    (True, ())
     """
+
+    reads: ClassVar[tuple[str, ...]] = ()
 
 
 @part("evaluation", "val-loss", "Validation loss of each dataset of the job's data: val/<dataset>/loss.")

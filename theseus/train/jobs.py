@@ -60,6 +60,7 @@ class Pretrain(Recipe, Job):
                                  f"{self.base.name}:{self.base.nonce}): {e}") from None
         self.primary = jax.process_index() == 0
         self._ticked = False
+        self._artifact_nodes: set[str] = set()  # nodes whose artifacts record this job wrote
         self.trainer = Trainer(
             self.config,
             self.store.root,
@@ -126,13 +127,15 @@ class Pretrain(Recipe, Job):
             self.writer.checkpoint(node, layout.objects(node.id))
 
     def _write_artifact(self, step: int, name: str, data: bytes) -> str:
-        """Publish ``data`` as ``analysis/<name>`` in ``step``'s node folder, then record that folder (commit order)."""
+        """Publish ``data`` as ``analysis/<name>`` in ``step``'s node folder, then record that folder (commit order)
+        once per node: the record keeps the whole folder, and each one is a flushed segment."""
         node = self._node_at(step)
         relative = f"{layout.objects(node.id)}/{layout.ANALYSIS}/{name}"
         if self.primary:
             rootfs.publish(self.store.fs, f"{self.store.objects(node)}/{layout.ANALYSIS}/{name}", bytes(data))
-            if self.writer is not None:
+            if self.writer is not None and node.id not in self._artifact_nodes:
                 self.writer.artifacts(node, layout.objects(node.id))
+                self._artifact_nodes.add(node.id)
         return relative
 
     def _sidecars(self, step: int) -> dict[str, str]:

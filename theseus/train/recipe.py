@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 import flax.linen as nn
 import optax
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from theseus.data.loader import Loader
 from theseus.data.mixture import MixtureLoader, Sampling, open_mixture
@@ -42,15 +42,17 @@ from theseus.data.store import open_dataset
 from theseus.data.tokenizer import TokenizerConfig
 from theseus.train import evaluations, losses, models, optimizers, schedules
 from theseus.train.config import (
+    READ_BY_ANALYSES,
     DataConfig,
     EvalConfig,
     FinewebConfig,
     LoggingConfig,
+    NotImplementedSetting,
     ShardSection,
     TrainingConfig,
     check_config,
 )
-from theseus.train.parts import Part, section_fields
+from theseus.train.parts import Part, parts, section_fields
 
 __all__ = ["PretrainConfig", "Recipe", "Sampling", "SourceConfig", "as_recipe"]
 
@@ -136,7 +138,9 @@ class Recipe:
     - ``OPTIMIZER``, ``SCHEDULE``: their fields share ``optimization``.
     - ``LOSS``: ``loss(config)`` builds the per-token loss.
     - ``EVALUATION``, ``ANALYSIS``: lists of parts run at validation steps when
-      ``training.evaluate`` / ``training.analyze`` are true.
+      ``training.evaluate`` / ``training.analyze`` are true. ``gpt/train/pretrain`` lists no
+      analysis (each costs a recorded forward pass and a picture at every validation step); a
+      subclass lists them: ``ANALYSIS = [Attention, Norms, LogitLens]`` (`theseus.train.analyses`).
 
     >>> Recipe.OPTIMIZER.name, Recipe.SCHEDULE.name, [e.name for e in Recipe.EVALUATION]
     ('adamw', 'wsd', ['val-loss'])
@@ -236,6 +240,21 @@ class Recipe:
         """
         check_config(config, type(self).Config)
         self.MODEL.check(config.architecture)
+        self._check_analysis_keys(config)
+
+    def _check_analysis_keys(self, config: DictConfig) -> None:
+        """Refuse a key only analyses read (`READ_BY_ANALYSES`) set where no running analysis reads it."""
+        running = list(self.ANALYSIS) if config.training.analyze else []
+        defaults = OmegaConf.structured(type(self).Config)
+        for key in READ_BY_ANALYSES:
+            value, default = OmegaConf.select(config, key), OmegaConf.select(defaults, key)
+            if value == default or any(key in part.reads for part in running):
+                continue
+            readers = [p.name for p in parts("analysis").values() if key in p.reads]
+            why = ("training.analyze is false" if not config.training.analyze and self.ANALYSIS
+                   else f"{type(self).__name__}.ANALYSIS lists no analysis that reads it")
+            raise NotImplementedSetting(f"{key}={value} does nothing here: {why} (read by: "
+                                        f"{', '.join(readers) or 'none'}); leave it at {default}")
 
     def model(self, config: DictConfig) -> nn.Module:
         """The flax module to train (``MODEL.build(config.architecture)``).

@@ -562,15 +562,19 @@ class Trainer:
 
     def _context(self, step: int) -> EvalContext:
         def write(name: str, data: bytes) -> str:
-            if not isinstance(name, str) or not _FILE_NAME.match(name):
-                raise ValueError(f"artifact name {name!r} must be a plain file name (letters, digits, '._-')")
+            parts = name.split("/") if isinstance(name, str) else [None]
+            if not 1 <= len(parts) <= 2 or not all(isinstance(p, str) and _FILE_NAME.match(p) for p in parts):
+                raise ValueError(f"artifact name {name!r} must be a file name or <folder>/<file> (letters, digits, "
+                                 "'._-')")
             if self.write_artifact is None:
                 raise ValueError(f"cannot write {name!r}: this trainer has no artifact folder (it runs without a "
                                  "store; train through a job to keep analyses)")
             return self.write_artifact(step, name, bytes(data))
 
+        data = self.loader.dataset if hasattr(self.loader, "dataset") else self.loader.datasets[0]
         return EvalContext(step=step, params=self.state["params"], config=self.config, sources=tuple(self.sources),
-                           mean_loss=self._mean_loss, model=self.model, write=write, log=self.log)
+                           mean_loss=self._mean_loss, model=self.model, write=write, log=self.log,
+                           batch=lambda dataset: self._val_loader(dataset).batch(0), tokenizer=data.tokenizer)
 
     def evaluate(self) -> dict[str, Any]:
         """The metrics of the recipe's evaluations (and analyses) on the current params, as ``train()`` reports them.
