@@ -39,7 +39,7 @@ KINDS = ("model", "optimizer", "schedule", "loss", "evaluation", "analysis")
 #: Modules imported (once, when the registry is first read) to register the built-in parts.
 #: A module that does not exist yet is skipped; add yours here or import it before use.
 PART_MODULES: list[str] = ["theseus.train.models", "theseus.train.optimizers", "theseus.train.schedules",
-                           "theseus.train.losses", "theseus.train.evaluations"]
+                           "theseus.train.losses", "theseus.train.evaluations", "theseus.train.evals.exact_match"]
 
 _PARTS: dict[str, dict[str, type[Part]]] = {kind: {} for kind in KINDS}  # the registry, filled by @part
 _LOADED: set[str] = set()

@@ -226,7 +226,8 @@ class Recipe:
     # -- hooks: override one to change behaviour in code ---------------------------------
 
     def check(self, config: DictConfig) -> None:
-        """Refuse a config no run can use (before any device work): `check_config` and the model's own check.
+        """Refuse a config no run can use (before any device work): `check_config`, the model's own check and
+        each evaluation's and analysis's.
 
         >>> from theseus.train.config import load_config
         >>> Recipe().check(load_config({"architecture": {"n_embd": 30, "n_head": 4}}, Recipe.Config))
@@ -236,6 +237,8 @@ class Recipe:
         """
         check_config(config, type(self).Config)
         self.MODEL.check(config.architecture)
+        for part in [*self.EVALUATION, *self.ANALYSIS]:
+            part.check(config)
 
     def model(self, config: DictConfig) -> nn.Module:
         """The flax module to train (``MODEL.build(config.architecture)``).
