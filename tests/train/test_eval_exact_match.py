@@ -14,8 +14,8 @@ from theseus.data import sources
 from theseus.train.config import load_config
 from theseus.train.evals.exact_match import (
     TASKS,
-    Example,
     ExactMatch,
+    Example,
     exact_match,
     extract_answer,
     normalize,
