@@ -98,3 +98,25 @@ def test_bad_input_exits_2_with_a_clear_message(run, tmp_path, case):
     assert result.exit_code == 2, result.output
     assert expected in " ".join(result.output.split()), result.output
     assert "Traceback" not in result.output
+
+
+def test_a_run_that_probed_its_batch_size_samples_without_probing(tmp_path, monkeypatch):
+    from tests.train._helpers import ListLog
+    from theseus.replay.sample import restored_trainer
+
+    root = str(tmp_path)
+    write_dataset(root, tokens=6_000)
+    monkeypatch.setenv("THESEUS_AUTOBATCH_SIZE_CANDIDATES", "4")
+    with quick(root) as q:
+        q.build("gpt/train/pretrain", "probed").config.merge_with(
+            config(training={"tokens": 8 * 32 * 2, "per_device_batch_size": -1},
+                   logging={"checkpoint_interval": 2, "validation_interval": 2}))
+        job = q.create()
+        nonce = job.node.nonce
+        job()
+        job.close()
+    log = ListLog()
+    trainer = restored_trainer(root, nonce, log=log)
+    assert trainer.step == 2 and not log.messages("AUTOBATCH")
+    assert len(trainer.generate("1+2=", max_new_tokens=3)[0].tokens) == 3
+    trainer.close()

@@ -20,6 +20,7 @@ from typing import Any
 
 import fsspec
 from loguru import logger
+from omegaconf import OmegaConf
 
 from theseus.jobs import get_job
 from theseus.replay.verify import checkpoint_of
@@ -82,6 +83,9 @@ def restored_trainer(store: Store | str, target: str | Node, log: Any = None) ->
     with fsspec.open(f"{folder}/{CONFIG_FILE}", "r") as f:
         config = f.read()
     trust.plain_config(config, f"node {node.id} ({node.name}:{node.nonce}:{node.seq})")  # no tags, no resolvers
+    config = OmegaConf.create(config)
+    if OmegaConf.select(config, "training.per_device_batch_size") == -1:
+        config.training.per_device_batch_size = 1  # sampling runs no train step: nothing to probe a size for
     # peak_flops NaN: no CPU peak is measured (or cached into the root) to sample
     trainer = Trainer(config, store.root, recipe=recipe, log=log or logger, peak_flops=float("nan"), progress=False)
     trainer.restore(folder, partial=False)
