@@ -2,7 +2,8 @@
 
 It tokenizes the documentation that ships with Python (``pydoc_data``: no
 network, no download), trains a small GPT on it on the CPU for a few hundred
-steps, and prints where the run is and how to query it::
+steps, and prints where the run is, how to query it, and a short sample from the model it
+trained with the ``theseus sample`` command that draws the same text::
 
     uv run python -m theseus.quickstart [ROOT] [--steps N]
 """
@@ -10,10 +11,15 @@ steps, and prints where the run is and how to query it::
 from __future__ import annotations
 
 import argparse
+import shlex
 import tempfile
 
 from theseus.quick import quick
 from theseus.store import Node, Store
+
+#: the quickstart's sample: its prompt and the options of ``job.generate`` / ``theseus sample`` that draw it
+SAMPLE_PROMPT = "The"
+SAMPLE_OPTIONS = {"max_new_tokens": 32, "temperature": 0.8, "top_k": 200, "seed": 0}
 
 
 def configure(config, steps: int) -> None:
@@ -40,8 +46,18 @@ def configure(config, steps: int) -> None:
     config.logging.checkpoint_interval = max(steps // 3, 1)
 
 
+def sample_command(root: str, nonce: str) -> str:
+    """The ``theseus sample`` command that draws the quickstart's sample from the run's last checkpoint.
+
+    >>> sample_command("/tmp/my root", "949e88")
+    "theseus sample '/tmp/my root' 949e88 The --max-new-tokens 32 --temperature 0.8 --top-k 200 --seed 0"
+    """
+    options = " ".join(f"--{key.replace('_', '-')} {value}" for key, value in SAMPLE_OPTIONS.items())
+    return f"theseus sample {shlex.quote(root)} {nonce} {shlex.quote(SAMPLE_PROMPT)} {options}"
+
+
 def main(root: str | None = None, steps: int = 300, max_samples: int = -1) -> Node:
-    """Tokenize the embedded corpus into ``root``, train a small GPT, print how to look at it.
+    """Tokenize the embedded corpus into ``root``, train a small GPT, print how to look at it and a sample.
 
     Returns the run's first node. (Takes minutes; the tests run it.)
     """
@@ -56,6 +72,8 @@ def main(root: str | None = None, steps: int = 300, max_samples: int = -1) -> No
         job = q.create()
         first = job.node
         job()
+        [sample] = job.generate(SAMPLE_PROMPT, **SAMPLE_OPTIONS)  # the final parameters: the last checkpoint's
+        job.close()
     store = Store(root)
     losses = [r["train/loss"] for r in store.find().nonce(first.nonce).has("train/loss").select(keys=["train/loss"])]
     print()
@@ -65,6 +83,10 @@ def main(root: str | None = None, steps: int = 300, max_samples: int = -1) -> No
     print("  from theseus import quick")
     print(f"  with quick({store.root!r}) as q:")
     print(f"      print(q.find().nonce({first.nonce!r}).select(keys=['train/loss', 'train/tokens'])[-5:])")
+    print("a sample from the model it trained:")
+    print(f"  {sample.prompt + sample.text!r}")
+    print("drawn again by:")
+    print(f"  {sample_command(store.root, first.nonce)}")
     return first
 
 

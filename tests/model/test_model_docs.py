@@ -5,6 +5,7 @@ import pytest
 
 MODULES = [
     "theseus.model.config",
+    "theseus.model.decode",
     "theseus.model.gpt",
     "theseus.model.layers.attention",
     "theseus.model.layers.block",

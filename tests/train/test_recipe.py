@@ -238,7 +238,7 @@ def test_training_analyze_and_evaluate_turn_the_hooks_off(tmp_path):
 
 
 @pytest.mark.parametrize("setting, message", [
-    ({"eval": {"length": 64}}, "eval.length=64 is not implemented yet"),
+    ({"eval": {"length": 0}}, "eval.length must be -1 (all examples) or a positive integer, got 0"),
     ({"logging": {"remote": True}}, "logging.remote=True is not implemented yet"),
     ({"architecture": {"instrumentation": {"residual": True}}},
      "architecture.instrumentation.residual=True does nothing here"),

@@ -30,6 +30,7 @@ from theseus.cli import dispatch as dispatch_commands
 from theseus.cli import parts as parts_commands
 from theseus.cli import plot as plot_commands
 from theseus.cli import replay as replay_commands
+from theseus.cli import sample as sample_commands
 from theseus.cli import store as store_commands
 from theseus.cli.errors import ROOT_ERRORS, fail, message
 from theseus.config import apply_overrides
@@ -126,6 +127,7 @@ def run(
 store_commands.register(app)  # ls, show, compact
 audit_commands.register(app)  # audit, gc
 replay_commands.register(app)  # verify
+sample_commands.register(app)  # sample
 plot_commands.register(app)  # plot
 dispatch_commands.register(app)  # submit, launch, logs
 parts_commands.register(app)  # parts

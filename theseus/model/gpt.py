@@ -40,6 +40,11 @@ class GPT(nn.Module):
     the unembedding multiplies by `wte/embedding` in the activation dtype and accumulates
     in float32. With `deterministic=False` and `config.dropout > 0` it needs a 'dropout' rng.
 
+    Decoding (`theseus.model.decode`): with ``positions`` [B, T] (each token's position in
+    its row) and ``cache`` (``init_cache(batch, length)``: one ``(keys, values)`` pair per
+    block) it returns ``(logits, cache)``, the tokens' keys and values written into the
+    cache at their positions; positions index the learned position table or rotate RoPE.
+
     >>> import jax, jax.numpy as jnp
     >>> from theseus.model.config import GPTConfig
     >>> cfg = GPTConfig(n_embd=32, n_head=4, n_layers=2, vocab_size=256, block_size=8)
@@ -50,14 +55,35 @@ class GPT(nn.Module):
 
     config: GPTConfig
 
+    def init_cache(self, batch: int, length: int) -> tuple[tuple[jax.Array, jax.Array], ...]:
+        """An empty key/value cache for ``batch`` rows of ``length`` positions (at most ``block_size``):
+        per block, keys and values [batch, length, n_head, head_dim] of zeros in the activation dtype.
+
+        >>> from theseus.model.config import GPTConfig
+        >>> cache = GPT(GPTConfig(n_embd=32, n_head=4, n_layers=2, block_size=8)).init_cache(3, 8)
+        >>> len(cache), cache[0][0].shape
+        (2, (3, 8, 4, 8))
+        """
+        cfg = self.config
+        if not 0 < length <= cfg.block_size:
+            raise ValueError(f"a cache holds 1..block_size ({cfg.block_size}) positions, got {length}")
+        shape = (batch, length, cfg.n_head, cfg.head_dim)
+        return tuple((jnp.zeros(shape, cfg.activation_jnp_dtype), jnp.zeros(shape, cfg.activation_jnp_dtype))
+                     for _ in range(cfg.n_layers))
+
     @nn.compact
-    def __call__(self, idx: jax.Array, deterministic: bool = True) -> jax.Array:
+    def __call__(self, idx: jax.Array, deterministic: bool = True, *, positions: jax.Array | None = None,
+                 cache: tuple[tuple[jax.Array, jax.Array], ...] | None = None):
         cfg = self.config
         if idx.ndim != 2:
             raise ValueError(f"idx must be [batch, time], got shape {idx.shape}")
         T = idx.shape[1]
         if T > cfg.block_size:
             raise ValueError(f"sequence length {T} is longer than block_size {cfg.block_size}")
+        if (cache is None) != (positions is None):
+            raise ValueError("decoding needs both positions [batch, time] and a cache (GPT.init_cache)")
+        if cache is not None and len(cache) != cfg.n_layers:
+            raise ValueError(f"the cache has {len(cache)} layers, the model {cfg.n_layers}")
 
         embed = dict(
             features=cfg.n_embd,
@@ -68,15 +94,23 @@ class GPT(nn.Module):
         wte = nn.Embed(cfg.vocab_size, name="wte", **embed)
         x = wte(idx)
         if not cfg.rope:
-            x = x + nn.Embed(cfg.block_size, name="wpe", **embed)(jnp.arange(T)[None, :])
+            x = x + nn.Embed(cfg.block_size, name="wpe", **embed)(jnp.arange(T)[None, :] if positions is None
+                                                                  else positions)
         x = nn.Dropout(rate=cfg.dropout)(x, deterministic=deterministic)
 
+        caches = []
         for i in range(cfg.n_layers):
-            x = Block(cfg, name=f"blocks_{i}")(x, deterministic=deterministic)
+            block = Block(cfg, name=f"blocks_{i}")
+            if cache is None:
+                x = block(x, deterministic=deterministic)
+            else:
+                x, layer_cache = block.decode(x, positions, cache[i])
+                caches.append(layer_cache)
         x = layer_norm(cfg, name="ln_f")(x)
 
         embedding = wte.embedding.astype(cfg.activation_jnp_dtype)
-        return jnp.einsum("btc,vc->btv", x, embedding, preferred_element_type=jnp.float32)
+        logits = jnp.einsum("btc,vc->btv", x, embedding, preferred_element_type=jnp.float32)
+        return logits if cache is None else (logits, tuple(caches))
 
 
 def count_params(params, non_embedding: bool = False) -> int:

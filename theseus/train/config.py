@@ -76,7 +76,7 @@ class ArchitectureConfig:
 
 @dataclasses.dataclass
 class EvalConfig:
-    """`eval`: evaluation settings (`length` -1: the model's block size).
+    """`eval`: evaluation settings; `length` caps the examples each evaluation reads (-1: all of them).
 
     >>> EvalConfig().length
     -1
@@ -225,7 +225,6 @@ class NotImplementedSetting(ValueError):
 
 #: keys whose only implemented value is their default, and what to do instead
 NOT_IMPLEMENTED = {
-    "eval.length": "evaluations read architecture.block_size tokens",
     "logging.remote": "runs are watched from their root (`theseus ls`, `theseus plot`)",
 }
 #: keys only analyses read (an analysis names them in its ``reads``): `Recipe.check` refuses one set
@@ -244,7 +243,7 @@ def _positive_int(name: str, value: Any) -> int:
 def check_config(cfg: DictConfig, schema: type) -> None:
     """Refuse what no run of this config can use, before any device work.
 
-    Checks positive sizes and intervals, ``validation_steps >= 0``,
+    Checks positive sizes and intervals, ``validation_steps >= 0``, ``eval.length`` (-1 or positive),
     ``per_device_batch_size`` (-1 probes, else positive), a token budget of at least
     one step, and that no key whose behaviour is not implemented
     (`NOT_IMPLEMENTED`, `SCHEDULE_KEYS`) differs from its default: ``training.warmup_pct``
@@ -288,6 +287,12 @@ def check_config(cfg: DictConfig, schema: type) -> None:
         raise ValueError(f"training.tokens {training.tokens} is less than one step of batch_size {B} * block_size "
                          f"{T} = {B * T} tokens")
     _positive_int("architecture.vocab_size", cfg.architecture.vocab_size)
+    length = OmegaConf.select(cfg, "eval.length")
+    if length is not None and length != -1:
+        try:
+            _positive_int("eval.length", length)
+        except ValueError:
+            raise ValueError(f"eval.length must be -1 (all examples) or a positive integer, got {length!r}") from None
 
 
 def to_yaml(config: DictConfig) -> str:

@@ -79,6 +79,10 @@ class Evaluation(Part):
     """
 
     @classmethod
+    def check(cls, config: Any) -> None:
+        """Raise on a job config this part cannot run with (before any device work); the default accepts any."""
+
+    @classmethod
     def run(cls, context: EvalContext) -> Mapping[str, Any]:
         """Scalar metrics of the current parameters, written on the node of ``context.step``."""
         raise NotImplementedError(f"{cls.__name__} must implement run()")

@@ -195,6 +195,10 @@ class Pretrain(Recipe, Job):
         """``(layer, inputs)`` of the module at ``path`` on ``batch()`` with the current parameters."""
         return self.trainer.debug(path, **kwargs)
 
+    def generate(self, prompts, **options):
+        """A sample per prompt from the current parameters (`theseus.train.trainer.Trainer.generate`)."""
+        return self.trainer.generate(prompts, **options)
+
     def close(self) -> None:
         """Finish pending checkpoints and free the device state."""
         self.trainer.close()

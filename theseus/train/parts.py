@@ -40,7 +40,8 @@ KINDS = ("model", "optimizer", "schedule", "loss", "evaluation", "analysis")
 #: A module that does not exist yet is skipped; add yours here or import it before use.
 PART_MODULES: list[str] = ["theseus.train.models", "theseus.train.optimizers", "theseus.train.schedules",
                            "theseus.train.losses", "theseus.train.evaluations", "theseus.train.analyses.attention",
-                           "theseus.train.analyses.norms", "theseus.train.analyses.logit_lens"]
+                           "theseus.train.analyses.norms", "theseus.train.analyses.logit_lens",
+                           "theseus.train.evals.exact_match"]
 
 _PARTS: dict[str, dict[str, type[Part]]] = {kind: {} for kind in KINDS}  # the registry, filled by @part
 _LOADED: set[str] = set()

@@ -230,7 +230,8 @@ class Recipe:
     # -- hooks: override one to change behaviour in code ---------------------------------
 
     def check(self, config: DictConfig) -> None:
-        """Refuse a config no run can use (before any device work): `check_config` and the model's own check.
+        """Refuse a config no run can use (before any device work): `check_config`, the model's own check and
+        each evaluation's and analysis's.
 
         >>> from theseus.train.config import load_config
         >>> Recipe().check(load_config({"architecture": {"n_embd": 30, "n_head": 4}}, Recipe.Config))
@@ -240,6 +241,8 @@ class Recipe:
         """
         check_config(config, type(self).Config)
         self.MODEL.check(config.architecture)
+        for part in [*self.EVALUATION, *self.ANALYSIS]:
+            part.check(config)
         self._check_analysis_keys(config)
 
     def _check_analysis_keys(self, config: DictConfig) -> None:

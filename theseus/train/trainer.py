@@ -59,6 +59,7 @@ from theseus.train.compile_cache import enable_compilation_cache
 from theseus.train.config import load_config, to_yaml
 from theseus.train.evaluations import EvalContext
 from theseus.train.example import tiny_example
+from theseus.train.generate import Sample, generate, tokenizer_of
 from theseus.train.plan import TrainingPlan
 from theseus.train.progress import TrainProgress
 from theseus.train.recipe import Recipe, as_recipe
@@ -103,7 +104,8 @@ class Trainer:
       when stderr is a terminal), ``log`` (a loguru-like logger).
 
     Methods: ``init()``, ``restore(folder)``, ``batch()``, ``tick()``, ``train(until=None)``,
-    ``validate()``, ``evaluate()``, ``save(folder)``, ``wait()``, ``find(ModuleType)``, ``debug(path)``, ``close()``.
+    ``validate()``, ``evaluate()``, ``generate(prompts)``, ``save(folder)``, ``wait()``, ``find(ModuleType)``,
+    ``debug(path)``, ``close()``.
 
     >>> root, config = tiny_example()
     >>> trainer = Trainer(config, root, peak_flops=1e12, progress=False)
@@ -166,6 +168,7 @@ class Trainer:
         self.evaluations = list(self.recipe.EVALUATION) if cfg.training.evaluate else []
         self.analyses = list(self.recipe.ANALYSIS) if cfg.training.analyze else []
         self._val_steps = int(cfg.training.validation_steps)
+        self._tokenizer: Any = None
         if self.validation or self.evaluations or self.analyses:
             self.recipe.loader(cfg, self.root, "val", 1)  # the val split exists and block_size fits it
 
@@ -295,6 +298,19 @@ class Trainer:
     @folder_fn.setter
     def folder_fn(self, fn: Callable[[int], str] | None) -> None:
         self.checkpoints.folder_fn = fn
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer of the job's ``tokenizer`` section (the one its datasets recorded), built once.
+
+        >>> root, config = tiny_example()
+        >>> Trainer(config, root, peak_flops=1e12, progress=False).tokenizer.name
+        'cl100k_base'
+        """
+        if self._tokenizer is None:
+            datasets = [self.loader.dataset] if hasattr(self.loader, "dataset") else list(self.loader.datasets)
+            self._tokenizer = tokenizer_of(self.config, [d.tokenizer for d in datasets])
+        return self._tokenizer
 
     @property
     def params(self) -> Any:
@@ -593,6 +609,21 @@ class Trainer:
                 raise TypeError(f"{part.__name__}.run() must return a mapping of scalar metrics, got {values!r}")
             out.update(values)
         return out
+
+    def generate(self, prompts: str | Sequence[str], *, max_new_tokens: int = 64, temperature: float = 1.0,
+                 top_k: int = 0, top_p: float = 1.0, seed: int = 0, stop: str | Sequence[str] | None = None,
+                 cache: bool | None = None) -> list[Sample]:
+        """A `theseus.train.generate.Sample` (``text``, ``tokens``, ``stop``) per prompt, continued by the current
+        parameters through the job's tokenizer (`theseus.train.generate.generate`); the same seed, the same text.
+
+        >>> root, config = tiny_example()
+        >>> trainer = Trainer(config, root, peak_flops=1e12, progress=False)
+        >>> [sample] = trainer.generate("1+2=", max_new_tokens=4, temperature=0.0)
+        >>> len(sample.tokens), sample == trainer.generate("1+2=", max_new_tokens=4, temperature=0.0)[0]
+        (4, True)
+        """
+        return generate(self.model, self.params, self.tokenizer, prompts, max_new_tokens=max_new_tokens,
+                        temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stop=stop, cache=cache)
 
     def _val_due(self, step: int) -> bool:
         if not (self.validation or self.evaluations or self.analyses):

@@ -1,7 +1,8 @@
 """Causal multi-head self-attention with a fused qkv projection (`c_attn`) and `c_proj`.
 
 Scores and softmax are computed in float32 (`jax.nn.dot_product_attention`, XLA
-implementation); queries and keys are rotated by RoPE when `config.rope`.
+implementation); queries and keys are rotated by RoPE when `config.rope`. ``decode``
+is the same layer over a key/value cache (see `theseus.model.decode`).
 
 >>> import jax, jax.numpy as jnp
 >>> from theseus.model.config import GPTConfig
@@ -25,6 +26,7 @@ class CausalSelfAttention(nn.Module):
 
     Parameters: `c_attn/{kernel,bias}` [n_embd, 3 * n_embd] (q, k, v side by side),
     `c_proj/{kernel,bias}` [n_embd, n_embd]. The output goes through residual dropout.
+    ``decode(x, positions, cache)`` runs the same parameters over a key/value cache.
 
     >>> import jax, jax.numpy as jnp
     >>> from theseus.model.config import GPTConfig
@@ -41,20 +43,55 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = dense(self.config, self.config.n_embd, std=residual_std(self.config))
         self.dropout = nn.Dropout(rate=self.config.dropout)
 
-    def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
+    def _qkv(self, x: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """q, k, v [B, T, n_head, head_dim] of x, q and k rotated to ``positions`` ([T] or [B, T]) under RoPE."""
         cfg = self.config
-        B, T, C = x.shape
+        B, T, _ = x.shape
         qkv = self.c_attn(x)
         q, k, v = jnp.split(qkv, 3, axis=-1)
         q = q.reshape(B, T, cfg.n_head, cfg.head_dim)
         k = k.reshape(B, T, cfg.n_head, cfg.head_dim)
         v = v.reshape(B, T, cfg.n_head, cfg.head_dim)
         if cfg.rope:
-            positions = jnp.arange(T)
             q = apply_rope(q, positions)
             k = apply_rope(k, positions)
+        return q, k, v
+
+    def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
+        B, T, C = x.shape
+        q, k, v = self._qkv(x, jnp.arange(T))
         y = jax.nn.dot_product_attention(q, k, v, is_causal=True)
         y = y.reshape(B, T, C)
         y = self.c_proj(y)
         y = self.dropout(y, deterministic=deterministic)
         return y
+
+    def decode(self, x: jax.Array, positions: jax.Array,
+               cache: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        """Attention of x [B, T, n_embd] at ``positions`` [B, T] over a cache ``(keys, values)``, each
+        [B, S, n_head, head_dim]: x's keys and values are written at ``positions``, then query t of
+        row b attends to the cached positions <= ``positions[b, t]``. Returns ``(y, (keys, values))``.
+
+        On the positions 0..T-1 of an empty cache it is the causal attention of ``__call__``:
+
+        >>> import jax, jax.numpy as jnp
+        >>> from theseus.model.config import GPTConfig
+        >>> cfg = GPTConfig(n_embd=32, n_head=4, n_layers=1, activation_dtype="float32")
+        >>> x = jax.random.normal(jax.random.PRNGKey(1), (1, 3, 32))
+        >>> layer = CausalSelfAttention(cfg)
+        >>> params = layer.init(jax.random.PRNGKey(0), x)
+        >>> empty = (jnp.zeros((1, 8, 4, 8)), jnp.zeros((1, 8, 4, 8)))
+        >>> y, (keys, _) = layer.apply(params, x, jnp.arange(3)[None], empty, method="decode")
+        >>> bool(jnp.allclose(y, layer.apply(params, x), atol=1e-6)), keys.shape
+        (True, (1, 8, 4, 8))
+        """
+        B, T, C = x.shape
+        q, k, v = self._qkv(x, positions)
+        keys, values = cache
+        rows = jnp.arange(B)[:, None]
+        keys = keys.at[rows, positions].set(k.astype(keys.dtype))
+        values = values.at[rows, positions].set(v.astype(values.dtype))
+        visible = jnp.arange(keys.shape[1])[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
+        y = jax.nn.dot_product_attention(q, keys, values, mask=visible)
+        y = self.c_proj(y.reshape(B, T, C))
+        return y, (keys, values)

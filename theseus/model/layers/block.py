@@ -40,3 +40,22 @@ class Block(nn.Module):
         x = x + self.attn(self.ln_1(x), deterministic=deterministic)
         x = x + self.mlp(self.ln_2(x), deterministic=deterministic)
         return x
+
+    def decode(self, x: jax.Array, positions: jax.Array,
+               cache: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        """The block over a key/value cache (`CausalSelfAttention.decode`), without dropout: ``(x, cache)``.
+
+        >>> import jax, jax.numpy as jnp
+        >>> from theseus.model.config import GPTConfig
+        >>> cfg = GPTConfig(n_embd=32, n_head=4, n_layers=1, activation_dtype="float32")
+        >>> x = jnp.ones((1, 2, 32))
+        >>> params = Block(cfg).init(jax.random.PRNGKey(0), x)
+        >>> empty = (jnp.zeros((1, 4, 4, 8)), jnp.zeros((1, 4, 4, 8)))
+        >>> y, _ = Block(cfg).apply(params, x, jnp.arange(2)[None], empty, method="decode")
+        >>> bool(jnp.allclose(y, Block(cfg).apply(params, x), atol=1e-6))
+        True
+        """
+        attended, cache = self.attn.decode(self.ln_1(x), positions, cache)
+        x = x + attended
+        x = x + self.mlp(self.ln_2(x), deterministic=True)
+        return x, cache
