@@ -151,7 +151,7 @@ def _typed(node: Any, text: str) -> Any:
                 return yaml.safe_load(text)
             except yaml.YAMLError as e:
                 raise ConfigError(f"cannot parse {text!r}: {str(e).splitlines()[0]}") from None
-        return [text] if isinstance(node, ListConfig) else text
+        return [str(text)] if isinstance(node, ListConfig) else text
     if isinstance(node, AnyNode) and text:
         try:
             value = yaml.safe_load(text)
