@@ -284,3 +284,9 @@ def test_a_mixture_is_edited_like_any_config_key():
                          ("data.mixture=[{datset: pydoc}]", "datset")]:
         with pytest.raises(ConfigError, match=message):
             apply_overrides(cfg.copy(), [bad])
+
+
+def test_per_dataset_validation_is_off_with_validation(mixed_root):
+    nonce = run(mixed_root, "tests/train/mix", mixed(training={"validation": False})).node.nonce
+    got = records(mixed_root, nonce)
+    assert not any(key.startswith("val/") for seq in got for key in got[seq])

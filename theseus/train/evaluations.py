@@ -103,7 +103,8 @@ class Analysis(Evaluation):
 
 @part("evaluation", "val-loss", "Validation loss of each dataset of the job's data: val/<dataset>/loss.")
 class ValidationLoss(Evaluation):
-    """``val/<dataset>/loss`` for every dataset of the job's data (``training.validation_steps`` batches each).
+    """``val/<dataset>/loss`` for every dataset of the job's data (``training.validation_steps`` batches each),
+    when ``training.validation`` is on.
 
     >>> context = EvalContext(step=2, params={}, config=None, sources=("a", "b"), mean_loss=lambda d: len(d))
     >>> ValidationLoss.run(context)
@@ -112,5 +113,7 @@ class ValidationLoss(Evaluation):
 
     @classmethod
     def run(cls, context: EvalContext) -> dict[str, float]:
-        """The mean token loss of each source's val split."""
+        """The mean token loss of each source's val split; nothing when ``training.validation`` is off."""
+        if context.config is not None and not context.config.training.validation:
+            return {}  # per-dataset validation is validation: off with it, so its batches cost nothing
         return {f"val/{name}/loss": float(context.mean_loss(name)) for name in context.sources}
