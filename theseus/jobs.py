@@ -91,7 +91,8 @@ from theseus.store.claim import claim
 from theseus.store.layout import CONFIG_FILE, JOB_FILE
 from theseus.store.node import Node
 
-__all__ = ["JOB_MODULES", "Job", "UnknownJobError", "get_job", "job", "key_of", "missing_job", "registry"]
+__all__ = ["JOB_MODULES", "Job", "UnknownJobError", "get_job", "import_registering", "job", "key_of", "missing_job",
+           "registry"]
 
 #: Modules imported (once, when the registry is first read) to register the built-in jobs.
 #: A module that does not exist yet is skipped; add yours here or import it before use.
@@ -155,21 +156,31 @@ def job(key: str, description: str | None = None):
     return register
 
 
-def load_job_modules(modules: Iterable[str] | None = None) -> None:
-    """Import the modules that register jobs (``JOB_MODULES`` by default); missing ones are skipped.
+def import_registering(modules: Iterable[str], loaded: set[str]) -> None:
+    """Import each module of ``modules`` not in ``loaded`` (then add it): modules that register things when
+    imported. A module that does not exist is skipped; one whose own imports fail raises.
 
-    >>> load_job_modules(); "data/tokenize/pydoc" in registry()
-    True
+    >>> done = set(); import_registering(["theseus.data.jobs", "theseus.no_such_module"], done); sorted(done)
+    ['theseus.data.jobs', 'theseus.no_such_module']
     """
-    for name in list(JOB_MODULES if modules is None else modules):
-        if name in _LOADED:
+    for name in list(modules):
+        if name in loaded:
             continue
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as e:
             if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
                 raise  # the module exists but one of its imports is missing: a real error
-        _LOADED.add(name)
+        loaded.add(name)
+
+
+def load_job_modules(modules: Iterable[str] | None = None) -> None:
+    """Import the modules that register jobs (``JOB_MODULES`` by default); missing ones are skipped.
+
+    >>> load_job_modules(); "data/tokenize/pydoc" in registry()
+    True
+    """
+    import_registering(JOB_MODULES if modules is None else modules, _LOADED)
 
 
 def registry(prefix: str = "") -> dict[str, type[Job]]:

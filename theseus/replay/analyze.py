@@ -15,42 +15,14 @@ ValueError: unknown analysis part 'optimizer'; known: attention, logit-lens, nor
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
-import fsspec
-from loguru import logger
-
-from theseus.jobs import get_job
-from theseus.replay.verify import checkpoint_of
-from theseus.store import EmptyResult, Node, Store, trust
-from theseus.store.layout import CONFIG_FILE
-from theseus.store.schema import JOB, JOB_SOURCE
+from theseus.replay.restore import restored_trainer
+from theseus.store import Node, Store
 from theseus.train.analyses.base import AnalysisResult, ArrayAnalysis
 from theseus.train.parts import get_part
-from theseus.train.trainer import Trainer
 
-__all__ = ["analyze", "node_of"]
-
-_NONCE = re.compile(r"^[0-9a-f]{6}$")
-
-
-def node_of(store: Store, node: str | Node) -> Node:
-    """The node a command names: a node id, or a run's nonce (6 hex characters) for its last checkpoint.
-
-    >>> import tempfile
-    >>> node_of(Store(tempfile.mkdtemp()), "949e88")
-    Traceback (most recent call last):
-    ...
-    ValueError: run 949e88 has no committed checkpoint in ...
-    """
-    if isinstance(node, Node) or not _NONCE.match(str(node)):
-        return node if isinstance(node, Node) else Node.from_id(str(node))
-    try:
-        return store.find().nonce(str(node)).checkpoint().last()
-    except EmptyResult:
-        raise ValueError(f"run {node} has no committed checkpoint in {store.root}; `theseus ls {store.root}` "
-                         "lists the runs") from None
+__all__ = ["analyze"]
 
 
 def analyze(store: Store | str, node: str | Node, analysis: str, *, log: Any = None,
@@ -73,17 +45,8 @@ def analyze(store: Store | str, node: str | Node, analysis: str, *, log: Any = N
         raise ValueError(f"analysis {analysis!r} computes nothing outside training (it is not an "
                          "theseus.train.analyses.ArrayAnalysis); run it with training.analyze")
     part.check_options(options)
-    node, folder = checkpoint_of(store, node_of(store, node))
-    run = store.run_record(node.nonce)
-    recipe = get_job(run[JOB], run.get(JOB_SOURCE)) if run.get(JOB) else None
-    with fsspec.open(f"{folder}/{CONFIG_FILE}", "r") as f:
-        config = f.read()
-    trust.plain_config(config, f"node {node.id} ({node.name}:{node.nonce}:{node.seq})")  # no tags, no resolvers
-    # peak_flops NaN: no CPU peak is measured (or cached into the root) for an analysis
-    trainer = Trainer(config, store.root, recipe=recipe, log=log or logger, peak_flops=float("nan"), progress=False)
+    trainer = restored_trainer(store, node, log=log)
     try:
-        trainer.restore(folder, partial=False)
-
         def refuse(name: str, data: bytes) -> str:
             raise ValueError(f"theseus analyze writes nothing to the root (the analysis tried to write {name!r})")
 

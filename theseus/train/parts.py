@@ -25,13 +25,15 @@ is AdamW's fields followed by WSD's.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import re
 import typing
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-__all__ = ["KINDS", "PART_MODULES", "Part", "get_part", "load_part_modules", "part", "parts", "section_fields"]
+from theseus.jobs import import_registering
+
+__all__ = ["KINDS", "PART_MODULES", "Part", "dataclass_fields", "get_part", "load_part_modules", "part", "parts",
+           "section_fields"]
 
 #: The kinds of parts, in the order ``theseus parts`` lists them.
 KINDS = ("model", "optimizer", "schedule", "loss", "evaluation", "analysis")
@@ -107,15 +109,7 @@ def load_part_modules(modules: Iterable[str] | None = None) -> None:
     >>> load_part_modules(); "adamw" in _PARTS["optimizer"]
     True
     """
-    for name in list(PART_MODULES if modules is None else modules):
-        if name in _LOADED:
-            continue
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
-                raise  # the module exists but one of its imports is missing: a real error
-        _LOADED.add(name)
+    import_registering(PART_MODULES if modules is None else modules, _LOADED)
 
 
 def parts(kind: str | None = None) -> dict[str, Any]:
@@ -145,6 +139,24 @@ def get_part(kind: str, name: str) -> type[Part]:
     return known[name]
 
 
+def dataclass_fields(cls: type) -> list[tuple[str, Any, dataclasses.Field]]:
+    """The fields of dataclass ``cls`` as ``make_dataclass`` takes them: name, resolved type, default.
+
+    Types are resolved (``typing.get_type_hints``): OmegaConf cannot resolve a string
+    annotation in a dataclass made elsewhere.
+
+    >>> import dataclasses
+    >>> @dataclasses.dataclass
+    ... class A:
+    ...     lr: float = 0.1
+    >>> [(name, typ) for name, typ, _ in dataclass_fields(A)]
+    [('lr', <class 'float'>)]
+    """
+    hints = typing.get_type_hints(cls)
+    return [(f.name, hints[f.name], dataclasses.field(default=f.default) if f.default is not dataclasses.MISSING
+             else dataclasses.field(default_factory=f.default_factory)) for f in dataclasses.fields(cls)]
+
+
 def section_fields(members: list[type[Part]], section: str) -> list[tuple[str, Any, dataclasses.Field]]:
     """The fields the parts ``members`` add to ``section``, in order, as ``make_dataclass`` wants them.
 
@@ -164,17 +176,14 @@ def section_fields(members: list[type[Part]], section: str) -> list[tuple[str, A
     for member in members:
         if member.Config is None or member.section != section:
             continue
-        hints = typing.get_type_hints(member.Config)  # real types: OmegaConf cannot resolve string annotations here
-        for f in dataclasses.fields(member.Config):
-            spec = dataclasses.field(default=f.default) if f.default is not dataclasses.MISSING else \
-                dataclasses.field(default_factory=f.default_factory)
-            if f.name in out:
-                _, prior_type, prior_spec, owner = out[f.name]
+        for name, typ, spec in dataclass_fields(member.Config):
+            if name in out:
+                _, prior_type, prior_spec, owner = out[name]
                 same_default = (prior_spec.default == spec.default
                                 and prior_spec.default_factory == spec.default_factory)
-                if prior_type != hints[f.name] or not same_default:
-                    raise TypeError(f"config key {section}.{f.name} is declared differently by parts "
+                if prior_type != typ or not same_default:
+                    raise TypeError(f"config key {section}.{name} is declared differently by parts "
                                     f"{owner.kind}/{owner.name} and {member.kind}/{member.name}")
                 continue
-            out[f.name] = (f.name, hints[f.name], spec, member)
+            out[name] = (name, typ, spec, member)
     return [(name, typ, spec) for name, typ, spec, _ in out.values()]

@@ -28,7 +28,6 @@ store around it (`theseus.train.jobs.Pretrain`).
 from __future__ import annotations
 
 import dataclasses
-import typing
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -52,7 +51,7 @@ from theseus.train.config import (
     TrainingConfig,
     check_config,
 )
-from theseus.train.parts import Part, parts, section_fields
+from theseus.train.parts import Part, dataclass_fields, parts, section_fields
 
 __all__ = ["PretrainConfig", "Recipe", "Sampling", "SourceConfig", "as_recipe"]
 
@@ -107,13 +106,7 @@ def _section(base: type | None, members: list[type[Part]], name: str, owner: str
     contributing = [m for m in members if m.Config is not None and m.section == name]
     if base is None and len(contributing) == 1:
         return contributing[0].Config
-    fields = []
-    if base is not None:
-        hints = typing.get_type_hints(base)
-        for f in dataclasses.fields(base):
-            spec = dataclasses.field(default=f.default) if f.default is not dataclasses.MISSING else \
-                dataclasses.field(default_factory=f.default_factory)
-            fields.append((f.name, hints[f.name], spec))
+    fields = dataclass_fields(base) if base is not None else []
     taken = {f[0] for f in fields}
     for field in section_fields(contributing, name):
         if field[0] in taken:
@@ -214,13 +207,9 @@ class Recipe:
         for name, base in [*SECTIONS, *((section, None) for section in dict.fromkeys(extra))]:
             if name == "data" and sources is not None:
                 mixture = [SourceConfig(s.dataset, float(s.rate)) for s in sources]
-                section = _dataclass(f"{owner}_data", [
-                    (f.name, typing.get_type_hints(MixtureDataConfig)[f.name],
-                     dataclasses.field(default_factory=(lambda m=mixture: [dataclasses.replace(s) for s in m]))
-                     if f.name == "mixture" else
-                     (dataclasses.field(default=f.default) if f.default is not dataclasses.MISSING
-                      else dataclasses.field(default_factory=f.default_factory)))
-                    for f in dataclasses.fields(MixtureDataConfig)])
+                recorded = dataclasses.field(default_factory=lambda m=mixture: [dataclasses.replace(s) for s in m])
+                section = _dataclass(f"{owner}_data", [(n, t, recorded if n == "mixture" else spec)
+                                                       for n, t, spec in dataclass_fields(MixtureDataConfig)])
             else:
                 section = _section(base, members, name, owner)
             if section is not None:

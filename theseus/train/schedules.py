@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from theseus.train.parts import Part, part
 
-__all__ = ["WSD", "Constant", "ConstantConfig", "Cosine", "CosineConfig", "Linear", "LinearConfig", "Schedule",
+__all__ = ["WSD", "Constant", "ConstantConfig", "Cosine", "DecayConfig", "Linear", "Schedule",
            "WSDConfig", "constant_schedule", "cosine_schedule", "linear_schedule", "wsd_schedule"]
 
 ScheduleFn = Callable[[Any], Any]
@@ -202,11 +202,11 @@ def constant_schedule(lr: float, total_steps: int, warmup_pct: float) -> Schedul
 
 
 @dataclasses.dataclass
-class CosineConfig:
-    """Cosine's fields of ``optimization``: the warmup fraction of the run and the final rate fraction
-    (WSD's defaults).
+class DecayConfig:
+    """The fields of ``optimization`` of a schedule that warms up then decays to a floor (cosine, linear):
+    the warmup fraction of the run and the final rate fraction (WSD's defaults).
 
-    >>> CosineConfig().final_lr_frac == WSDConfig().final_lr_frac
+    >>> DecayConfig().final_lr_frac == WSDConfig().final_lr_frac
     True
     """
 
@@ -218,12 +218,12 @@ class CosineConfig:
 class Cosine(Schedule):
     """Warmup then cosine decay (`cosine_schedule`).
 
-    >>> f = Cosine.build(CosineConfig(warmup_pct=0.0, final_lr_frac=0.0), lr=2.0, total_steps=10)
+    >>> f = Cosine.build(DecayConfig(warmup_pct=0.0, final_lr_frac=0.0), lr=2.0, total_steps=10)
     >>> [round(float(f(s)), 2) for s in (0, 5, 10)]
     [2.0, 1.0, 0.0]
     """
 
-    Config = CosineConfig
+    Config = DecayConfig
 
     @classmethod
     def build(cls, config: Any, lr: float, total_steps: int) -> ScheduleFn:
@@ -231,29 +231,16 @@ class Cosine(Schedule):
         return cosine_schedule(float(lr), int(total_steps), float(config.warmup_pct), float(config.final_lr_frac))
 
 
-@dataclasses.dataclass
-class LinearConfig:
-    """Linear's fields of ``optimization``: the warmup fraction of the run and the final rate fraction
-    (WSD's defaults).
-
-    >>> LinearConfig().warmup_pct == WSDConfig().warmup_pct
-    True
-    """
-
-    warmup_pct: float = 0.005
-    final_lr_frac: float = 0.01
-
-
 @part("schedule", "linear", "Warmup, then linear decay to lr * final_lr_frac at the last step.")
 class Linear(Schedule):
     """Warmup then linear decay (`linear_schedule`).
 
-    >>> f = Linear.build(LinearConfig(warmup_pct=0.0, final_lr_frac=0.0), lr=2.0, total_steps=10)
+    >>> f = Linear.build(DecayConfig(warmup_pct=0.0, final_lr_frac=0.0), lr=2.0, total_steps=10)
     >>> [round(float(f(s)), 2) for s in (0, 5, 10)]
     [2.0, 1.0, 0.0]
     """
 
-    Config = LinearConfig
+    Config = DecayConfig
 
     @classmethod
     def build(cls, config: Any, lr: float, total_steps: int) -> ScheduleFn:
