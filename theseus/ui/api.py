@@ -188,6 +188,7 @@ def routes(api: Api) -> list[Route]:
         api.refresh()
         x = request.query_params.get("x", series_data.SEQ)
         since = dict(item.split(":", 1) for item in _list(request.query_params.get("since")))
+        series_data.check_keys([x, *_list(request.query_params.get("keys"))], api.keys())
         found = []
         for nonce in _list(request.query_params.get("runs")):
             check_nonce(nonce)

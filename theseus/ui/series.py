@@ -24,6 +24,7 @@ that follows a live run fetches only what is new.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import polars as pl
@@ -82,3 +83,18 @@ def run_numeric_keys(run: RunLog) -> set[str]:
     numbers = run.rows.filter(~pl.col("key").str.starts_with("_") & (
         pl.col("float").is_not_null() | pl.col("int").is_not_null() | pl.col("bool").is_not_null()))
     return set(numbers["key"].unique().to_list())
+
+
+def check_keys(keys: list[str], known: list[str]) -> None:
+    """A ValueError naming each key no run logged as a number, with close matches (as the cursor does).
+
+    >>> check_keys(["train/los"], ["train/loss", "val/loss"])
+    Traceback (most recent call last):
+    ...
+    ValueError: no run in this root logged 'train/los' as a number; did you mean 'train/loss', 'val/loss'?
+    """
+    for key in keys:
+        if key not in known and key not in (SEQ, TIME):
+            close = difflib.get_close_matches(key, known, n=5, cutoff=0.5)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise ValueError(f"no run in this root logged {key!r} as a number{hint}")

@@ -101,14 +101,14 @@ T.pages.runs = (() => {
         <input type="text" id="filter" placeholder="filter names (text)" value="${T.esc(params.get("q") || "")}">
         <label><input type="checkbox" id="regex" ${params.get("re") === "1" ? "checked" : ""}> regex</label>
         <select id="status-filter"><option value="">any status</option>
-          ${["running", "finished", "failed", "stale"].map(s => `<option ${params.get("status") === s ? "selected" : ""}>${s}</option>`).join("")}</select>
+          ${["running", "finished", "failed", "stale"].map(s => `<option value="${s}" ${params.get("status") === s ? "selected" : ""}>${s}</option>`).join("")}</select>
         <input type="text" id="where" placeholder="where: train/loss < 3; config.optimization.lr == 0.001" value="${T.esc(params.get("where") || "")}">
         <button id="apply-where">apply</button>
         <span class="error" id="where-error"></span><span class="error" id="filter-error"></span>
       </div>
       <div class="controls">
         <label>group by <select id="group-by"><option value="">none</option>
-          ${["project", "group", "job", "status", ...T.extra].map(g => `<option ${params.get("group") === g ? "selected" : ""}>${T.esc(g)}</option>`).join("")}</select></label>
+          ${["project", "group", "job", "status", ...T.extra].map(g => `<option value="${T.esc(g)}" ${params.get("group") === g ? "selected" : ""}>${T.esc(g)}</option>`).join("")}</select></label>
         <input type="text" id="add-column" list="column-keys" placeholder="add column: a metric or config.&lt;key&gt;">
         <datalist id="column-keys"></datalist>
         <button id="add-column-btn">add column</button>
