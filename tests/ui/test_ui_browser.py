@@ -179,7 +179,7 @@ def test_run_and_node_pages_of_a_trained_root(driver, trained, tmp_path):
     assert "resumed in this lineage" in driver.find_element(By.ID, "lineage").text
     assert driver.find_element(By.ID, "config-yaml").text.startswith(store.run_record(built.main)["_config"][:20])
     Select(driver.find_element(By.ID, "diff-with")).select_by_value(built.branch)
-    diff = wait_for(driver, "document.getElementById('diff-table') && document.getElementById('diff-table').textContent")
+    diff = wait_for(driver, "document.getElementById('diff-table')?.textContent")
     assert "optimization.lr" in diff
     assert "no process output" in wait_for(driver, "document.getElementById('log-list').textContent")
 
@@ -188,7 +188,7 @@ def test_run_and_node_pages_of_a_trained_root(driver, trained, tmp_path):
 
     last = store.find().nonce(built.main).checkpoint().last()
     open_page(driver, f"{url}/#/node/{last.id}", "node")
-    wait_for(driver, "document.querySelector('img.artifact') && document.querySelector('img.artifact').naturalWidth > 0")
+    wait_for(driver, "document.querySelector('img.artifact')?.naturalWidth > 0")
     driver.save_screenshot(str(tmp_path / "node.png"))
     assert driver.find_element(By.ID, "node-id").get_attribute("value") == last.id
     shown = driver.execute_script("return document.querySelector('#record-table tr[data-key=\"train/loss\"] "

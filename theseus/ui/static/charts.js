@@ -7,6 +7,12 @@ T.pages.charts = (() => {
   let params, state = null;
 
   const color = i => COLORS[i % COLORS.length];
+  const compact = v => {  // axis ticks: 40M, not 40,000,000
+    if (v === null) return "";
+    const a = Math.abs(v);
+    for (const [d, u] of [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]]) if (a >= d) return +(v / d).toPrecision(3) + u;
+    return +v.toPrecision(4) + "";
+  };
   const faint = c => c + "40";
 
   function ema(ys, alpha) {  // debiased EMA, as TensorBoard draws it; nulls stay gaps
@@ -110,7 +116,8 @@ T.pages.charts = (() => {
       const opts = {
         width: Math.max(300, box.clientWidth), height: 280, series,
         scales: {x: {time: false}, y: {distr: params.get("log") === "1" ? 3 : 1}},
-        axes: [{label: xLabel()}, {}], cursor: {drag: {x: true, y: false}},
+        axes: [{label: xLabel(), values: (u, vals) => vals.map(compact)}, {values: (u, vals) => vals.map(compact)}],
+        cursor: {drag: {x: true, y: false}},
         legend: {live: true}, plugins: [wheelZoomPlugin(), checkpointPlugin(key)],
       };
       state.plots[key] = new uPlot(opts, data, box);
@@ -166,6 +173,7 @@ T.pages.charts = (() => {
     if (!state.runs.length) document.getElementById("chart-error").textContent = "no run chosen: select runs on the runs page, or add a nonce above";
     try { await fetchSeries(state.runs); } catch (e) { document.getElementById("chart-error").textContent = e.message; }
     state.keys.forEach(drawChart);
+    document.body.dataset.readyMs = String(performance.now());  // ms since navigation
     document.body.dataset.ready = "charts";
     const on = (id, ev, f) => document.getElementById(id).addEventListener(ev, f);
     on("x-axis", "change", e => { params.set("x", e.target.value); save(); T.render(); });

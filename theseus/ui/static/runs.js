@@ -70,6 +70,7 @@ T.pages.runs = (() => {
     table.innerHTML = `<thead>${head}</thead><tbody>${body.join("")}</tbody>`;
     document.getElementById("count").textContent = `${rows.length} of ${T.rows.size} runs`;
     document.getElementById("selected-count").textContent = selected.size ? `${selected.size} selected` : "";
+    document.body.dataset.readyMs = String(performance.now());  // ms since navigation
     document.body.dataset.ready = "runs";
   }
 
