@@ -14,8 +14,9 @@ on a copy); ``compact()`` after one new 10-step run (on that compacted copy, a n
 written before each repetition); top-10 lowest ``train/loss`` before compaction vs raw
 Polars over the same log files. For the 1,000,000-step run: peak resident memory of a
 fresh process that compacts it, and of one that queries it (``runs()``, a top-10 and the
-history of 2 keys). For gs:// (gcp-storage-emulator): the storage requests a cold query
-makes on compacted roots of growing run counts.
+history of 2 keys). For gs:// (gcp-storage-emulator): the storage requests (list, get,
+head: every HTTP request gcsfs makes) of a cold ``runs()`` and a cold top-10 on compacted
+roots of growing run counts.
 """
 
 from __future__ import annotations
@@ -214,15 +215,73 @@ def bench_memory(cache: Path, steps: int, row) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
+GCS_CHILD = """
+import collections, sys, gcsfs
+from theseus.store import Node, Store
+emulator, n = sys.argv[1], int(sys.argv[2])
+bucket = f"scale-{n}"
+gcsfs.GCSFileSystem(skip_instance_cache=True).mkdir(bucket)
+root = f"gs://{bucket}/root"
+with Store(root).writer() as w:
+    for i in range(n):
+        node = Node.start(f"bench.gcs.run{i:04d}")
+        for step in range(3):
+            w.write(Node(node.name, node.nonce, step), {"train/loss": float(i * 10 + step)})
+Store(root).compact()
+counts, original = collections.Counter(), gcsfs.GCSFileSystem._request
+async def request(self, method, path, *args, **kwargs):
+    counts[method] += 1
+    return await original(self, method, path, *args, **kwargs)
+gcsfs.GCSFileSystem._request = request
+out = []
+for query in ("runs", "top"):
+    gcsfs.GCSFileSystem.clear_instance_cache()
+    counts.clear()
+    store = Store(root)
+    store.runs() if query == "runs" else store.find().has("train/loss").sort("train/loss").limit(10).select()
+    out.append(sum(counts.values()))
+print(*out)
+"""
+
+
+def bench_gcs(runs: list[int], row) -> None:
+    """Storage requests of a cold ``runs()`` and a cold top-10 on compacted gs:// roots of ``runs`` runs
+    (3 steps each), on a gcp-storage-emulator started here."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    exe = Path(sys.executable).with_name("gcp-storage-emulator")
+    emulator = subprocess.Popen([str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "-q"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}", "GOOGLE_AUTH_TOKEN_FOR_TESTING": "x",
+           "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+    try:
+        time.sleep(2)
+        counts = {n: subprocess.run([sys.executable, "-c", GCS_CHILD, env["STORAGE_EMULATOR_HOST"], str(n)],
+                                    env=env, check=True, capture_output=True, text=True).stdout.split() for n in runs}
+    finally:
+        emulator.terminate()
+        emulator.wait()
+    for i, query in enumerate(("`runs()`", "top-10")):
+        seen = [int(counts[n][i]) for n in runs]
+        row(f"gs:// cold {query} of a compacted root: storage requests at {' / '.join(f'{n:,}' for n in runs)} runs",
+            " / ".join(map(str, seen)), "-", seen[-1] / seen[0], "", "same at every size", len(set(seen)) == 1)
+
+
 def bench_scale(cache: Path, repeat: int, row, sizes: list[tuple[int, int, int]] | None = None,
-                long_steps: int = 1_000_000) -> None:
+                long_steps: int = 1_000_000, gcs_runs: list[int] | None = None) -> None:
     """Every row of the scale section."""
-    for runs, steps, flushes in sizes or [(100, 1000, 5), (1000, 1000, 5), (10_000, 100, 2)]:
+    for runs, steps, flushes in [(100, 1000, 5), (1000, 1000, 5), (10_000, 100, 2)] if sizes is None else sizes:
         print(f"\n[5] {runs:,} runs x {steps:,} steps x 8 keys, {flushes} segments per run", flush=True)
         bench_runs_root(cache, runs, steps, flushes, repeat, row)
     if long_steps:
         print(f"\n[6] memory: 1 run x {long_steps:,} steps x 8 keys", flush=True)
         bench_memory(cache, long_steps, row)
+    if gcs_runs:
+        print(f"\n[7] gs:// requests of cold queries at {gcs_runs} runs (gcp-storage-emulator)", flush=True)
+        bench_gcs(gcs_runs, row)
 
 
 if __name__ == "__main__":
@@ -233,6 +292,7 @@ if __name__ == "__main__":
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--sizes", default="100x1000x5,1000x1000x5,10000x100x2")
     parser.add_argument("--long-steps", type=int, default=1_000_000)
+    parser.add_argument("--gcs-runs", default="10,100,400")
     args = parser.parse_args()
 
     def show(figure, ours, peer, ratio, label, target, ok):
@@ -240,5 +300,6 @@ if __name__ == "__main__":
               flush=True)
 
     sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",") if size]
-    bench_scale(Path(args.cache), args.repeat, show, sizes, args.long_steps)
+    gcs = [int(n) for n in args.gcs_runs.split(",") if n]
+    bench_scale(Path(args.cache), args.repeat, show, sizes, args.long_steps, gcs)
     os._exit(0)
