@@ -11,16 +11,13 @@ immutable, so a summary is cached by the run's segment list.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, NamedTuple
+from typing import Any, NamedTuple
 
 import polars as pl
 
 from theseus.store import schema
 from theseus.store.fold import DTYPES, WRITTEN, fold_run
 from theseus.store.segments import Footer, union_keys
-
-if TYPE_CHECKING:
-    from theseus.store.index import Index
 
 METRICS = ("train/loss", "val/loss", "train/tokens")
 SUMMARY_KEYS = (schema.STATUS, schema.FINISHED, schema.JOB, *METRICS)
@@ -37,9 +34,10 @@ class Summary(NamedTuple):
     keys: dict[str, str]
 
 
-def summarize(index: Index, paths: list[str]) -> Summary:
+def summarize(index: Any, paths: list[str]) -> Summary:
     """The summary of one run from its segments ``paths`` (footers, plus the blocks that can hold
-    a summary key's latest record).
+    a summary key's latest record); ``index`` is the root's `theseus.store.index.Index` (not imported
+    here: the index imports the view, which imports this module).
 
     >>> from theseus.store.store import _doc_store
     >>> store, n = _doc_store()
