@@ -30,8 +30,8 @@ class Format(str, enum.Enum):
 
 
 def export(
-    format: Annotated[Format, typer.Argument(help="what to write: tensorboard (event files)")],
-    root: Annotated[str, typer.Argument(help="root folder or gs:// URL")],
+    format: Annotated[Format, typer.Argument(metavar="FORMAT", help="what to write: tensorboard (event files)")],
+    root: Annotated[str, typer.Argument(metavar="ROOT", help="root folder or gs:// URL")],
     targets: Annotated[list[str], typer.Argument(
         metavar="[NONCE...] OUT_DIR", help="the runs' nonces (none: every run), then the folder to write into")],
 ) -> None:
@@ -39,6 +39,15 @@ def export(
     the run's training step, the config as text; then ``tensorboard --logdir OUT_DIR`` shows them.
 
     Example: ``theseus export tensorboard /tmp/root 949e88 /tmp/tb``
+
+    \f
+    >>> import tempfile
+    >>> from typer.testing import CliRunner
+    >>> from theseus.store.store import _doc_store
+    >>> store, node = _doc_store()
+    >>> app = typer.Typer(); register(app)
+    >>> CliRunner().invoke(app, ["tensorboard", store.root, tempfile.mkdtemp()]).output.splitlines()[-1]
+    '1 runs exported; view them with: tensorboard --logdir ...'
     """
     if not targets:
         fail("missing OUT_DIR: theseus export tensorboard ROOT [NONCE...] OUT_DIR", 2)
