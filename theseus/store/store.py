@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
@@ -11,7 +12,7 @@ import polars as pl
 from theseus.store import fs as rootfs
 from theseus.store import layout, schema
 from theseus.store.compact import compact
-from theseus.store.cursor import Cursor, EmptyResult
+from theseus.store.cursor import Cursor, EmptyResult, _unknown_key
 from theseus.store.fold import WRITTEN
 from theseus.store.index import Index
 from theseus.store.node import Node, check_nonce, decode_id
@@ -102,19 +103,28 @@ class Store:
         row = log.group_by("nonce").agg(aggs).collect()
         return row.row(0, named=True) if row.height else {"nonce": nonce}
 
-    def runs(self) -> pl.DataFrame:
-        """One row per run: name, nonce, nodes, last write, status, finished, latest metrics.
+    def runs(self, keys: Sequence[str] = ()) -> pl.DataFrame:
+        """One row per run: name, nonce, nodes, last write, status, finished, latest metrics, and the latest value
+        of each of ``keys`` (logged keys; one no run logged is `UnknownKey`, naming close matches).
 
         Listed and read again when a concurrent compaction retires a segment mid-read.
+
+        >>> store, n = _doc_store()
+        >>> store.runs(keys=["loss"])["loss"].to_list()
+        [1.5]
         """
         self._index.require_root()
-        return retry_vanished(self._read_runs)
+        return retry_vanished(lambda: self._read_runs(tuple(keys)))
 
-    def _read_runs(self) -> pl.DataFrame:
+    def _read_runs(self, keys: tuple[str, ...] = ()) -> pl.DataFrame:
         paths = self._index.segments()
         types = self._index.footers.keys(paths)
+        for key in keys:
+            if key not in types:
+                _unknown_key(key, types)
         log = scan(self.fs, paths)
         metrics = [k for k in ("train/loss", "val/loss", "train/tokens") if k in types]
+        metrics += [k for k in keys if k not in metrics]
         aggs = [
             pl.col("node").n_unique().alias("nodes"),
             pl.col("seq").max().alias("last seq"),
