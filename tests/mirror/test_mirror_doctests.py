@@ -1,11 +1,14 @@
-"""The docstring examples of theseus.mirror run as written; every public name has one."""
+"""The docstring examples of theseus.mirror and theseus.cli.export run as written; every public name has one."""
 
 import pytest
 
 from tests.docstrings import examples_fail, names_without_examples
 
+pytestmark = pytest.mark.usefixtures("remote_group")
+
 MODULES = ["theseus.mirror", "theseus.mirror.sinks", "theseus.mirror.background", "theseus.mirror.to_tensorboard",
-           "theseus.mirror.to_wandb", "theseus.mirror.to_comet", "theseus.mirror.export"]
+           "theseus.mirror.to_wandb", "theseus.mirror.to_comet", "theseus.mirror.export",
+           "theseus.cli.export"]
 
 
 @pytest.mark.parametrize("name", MODULES)

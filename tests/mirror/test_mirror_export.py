@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from typer.testing import CliRunner
 
 from tests.mirror._mirror_helpers import tensorboard_scalars, tensorboard_texts
 from theseus.cli import app
 from theseus.mirror.export import export_tensorboard
 from theseus.store import Node, Store
+
+pytestmark = pytest.mark.usefixtures("remote_group")
 
 
 def test_export_of_every_run_steps_a_branch_from_its_base(tmp_path):

@@ -17,6 +17,8 @@ from tests.mirror._mirror_helpers import (
 )
 from theseus.cli import app
 
+pytestmark = pytest.mark.usefixtures("remote_group")
+
 NAME = "general.default.mirrored"
 
 
