@@ -103,3 +103,13 @@ def test_a_missing_backend_package_names_the_install_command(tmp_path, monkeypat
         with pytest.raises(MirrorUnavailable, match=r"logging.remote_backend=comet needs .*uv sync --group remote"):
             q.create()
     assert Store(str(tmp_path)).find().all() == []  # refused before anything was written
+
+
+@pytest.mark.usefixtures("remote_group")  # Comet must be installed for its settings to be checked
+def test_a_comet_folder_without_offline_mode_is_refused(tmp_path):
+    write_dataset(tmp_path, tokens=5000)
+    with quick(str(tmp_path)) as q:
+        q.build("gpt/train/pretrain", "comet-dir")
+        q.config.merge_with(OmegaConf.create(config(logging={"remote": True, "remote_dir": str(tmp_path / "c")})))
+        with pytest.raises(ValueError, match="is where Comet writes offline archives"):
+            q.create()

@@ -16,6 +16,7 @@ from tests.mirror._mirror_helpers import (
     wandb_offline_run,
 )
 from theseus.cli import app
+from theseus.store import Store
 
 pytestmark = pytest.mark.usefixtures("remote_group")
 
@@ -88,3 +89,24 @@ def test_comet_offline_archive_holds_every_report(root, tmp_path):
     assert params["logging|remote_backend"] == "comet" and params["training|batch_size"] == 8
     assert others["theseus/nonce"] == nonce and others["theseus/name"] == "general.default.mirrored-comet"
     assert others["Name"] == f"mirrored-comet:{nonce}"
+
+
+@pytest.mark.slow
+def test_a_mirror_that_fails_costs_one_warning_and_no_report(root, tmp_path):
+    from loguru import logger
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("a file where the event folder should go")
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(m.record["message"]), level="WARNING")
+    try:
+        job = mirrored_run(root, "tensorboard", blocked, name="mirror-fails")
+    finally:
+        logger.remove(sink)
+    stored = reports(root, job.node.nonce)
+    assert sorted(stored) == [1, 2, 3, 4, 5, 6]  # the run went on, the store holds every report
+    assert Store(str(root)).run_record(job.node.nonce)["_status"] == "finished"
+    mirror_lines = [w for w in warnings if w.startswith("MIRROR")]
+    assert len(mirror_lines) == 2, mirror_lines  # the failure, once, and the summary at the end
+    assert "failed" in mirror_lines[0] and "training goes on" in mirror_lines[0]
+    assert "0 of 6 reports mirrored, 0 dropped (queue full), 6 not mirrored" in mirror_lines[1]

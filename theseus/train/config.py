@@ -297,6 +297,10 @@ def check_config(cfg: DictConfig, schema: type) -> None:
         _positive_int(f"logging.{name}", getattr(cfg.logging, name))
     if cfg.logging.remote:
         require(cfg.logging.remote_backend)
+        if cfg.logging.remote_backend == "comet" and cfg.logging.remote_dir and not cfg.logging.remote_offline:
+            raise NotImplementedSetting(
+                f"logging.remote_dir={cfg.logging.remote_dir!r} is where Comet writes offline archives, and an online "
+                "Comet experiment writes none: set logging.remote_offline=True or leave remote_dir empty")
     else:
         backend(cfg.logging.remote_backend)
     if training.validation_steps < 0:
