@@ -29,9 +29,11 @@
    Medians of ``--repeat`` repetitions, alternating theseus and raw.
 4. One synchronous commit record (``w.checkpoint(node, "objects/x")``) on local disk:
    p50/p90/p99/max over ``--commits`` commits (goal p99 < 5 ms).
+5-7. The store at scale (``bench/store_scale.py``): ``runs()``, ``compact()`` and a top-10 at
+   100, 1,000 and 10,000 runs, peak memory of one 1,000,000-step run, gs:// request counts.
 
     uv run --group bench python bench/store_bench.py [--quick] [--cache /tmp/theseus-store-bench]
-        [--tmp /tmp] [--repeat 9] [--only ingest,history,query,commit] [--readme]
+        [--tmp /tmp] [--repeat 9] [--only ingest,history,query,commit,scale] [--readme]
 
 ``--readme`` writes the table into the Store section of bench/README.md.
 """
@@ -613,7 +615,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=None, help="repetitions per timing (default 9; quick 3)")
     parser.add_argument("--cache", default=None, help="grid cache folder (default /tmp/theseus-store-bench[-quick])")
     parser.add_argument("--tmp", default=tempfile.gettempdir(), help="local folder for scratch stores and commits")
-    parser.add_argument("--only", default="ingest,history,query,commit", help="comma list of parts to run")
+    parser.add_argument("--only", default="ingest,history,query,commit,scale", help="comma list of parts to run")
     parser.add_argument("--readme", action="store_true", help="write the table into bench/README.md")
     args = parser.parse_args()
     q = args.quick
@@ -644,6 +646,11 @@ def main() -> None:
         bench_grid(cache, runs, args.grid_steps, args.flushes, repeat)
     if "commit" in only:
         bench_commit(args.tmp, commits)
+    if "scale" in only:  # bench/store_scale.py: listing, incremental compaction, memory, gs:// requests
+        from store_scale import bench_scale
+
+        sizes = [(100, 1000, 5)] if q else None
+        bench_scale(cache.parent, 3, row, sizes, 100_000 if q else 1_000_000, [10, 100] if q else [10, 100, 400])
     print(f"\ntotal {time.perf_counter() - t0:.0f} s\n")
     print(table())
     if args.readme:

@@ -28,7 +28,7 @@ SESSION_CACHE = pytest.StashKey[str]()
 
 def pytest_configure(config):
     """Point JAX's compilation cache at a folder of this session, and install the distribution packages
-    the dispatch tests need, before any test runs.
+    the dispatch and ui tests need, before any test runs.
 
     Only the controller does either (xdist's workers start after it and inherit its environment,
     so they and the subprocesses of tests share the session's cache). A
@@ -38,7 +38,7 @@ def pytest_configure(config):
         return
     if COMPILATION_CACHE not in os.environ:  # never the user's ~/.cache: the session's own, removed at its end
         os.environ[COMPILATION_CACHE] = config.stash[SESSION_CACHE] = tempfile.mkdtemp(prefix="theseus-jax-")
-    if not _runs_dispatch_tests(config):
+    if not _runs_system_tests(config):
         return
     why = system_packages.install_missing()
     if why is not None:
@@ -53,10 +53,11 @@ def pytest_unconfigure(config):
         os.environ.pop(COMPILATION_CACHE, None)
 
 
-def _runs_dispatch_tests(config) -> bool:
-    dispatch = REPO / "tests" / "dispatch"
+def _runs_system_tests(config) -> bool:
+    """Whether this run includes the tests that need distribution packages (dispatch's servers, ui's browser)."""
     paths = [Path(arg.split("::")[0]).resolve() for arg in config.args] or [REPO]
-    return any(p == dispatch or dispatch in p.parents or p in dispatch.parents for p in paths)
+    folders = [REPO / "tests" / "dispatch", REPO / "tests" / "ui"]
+    return any(p == f or f in p.parents or p in f.parents for p in paths for f in folders)
 
 
 def free_port() -> int:

@@ -1,7 +1,8 @@
-"""The distribution packages the dispatch tests need, installed by the test command itself.
+"""The distribution packages the dispatch and ui tests need, installed by the test command itself.
 
 ``uv run pytest`` on a fresh machine has Python and uv only; the SSH and SLURM tests
-need sshd, munge and SLURM from the distribution. Before any test runs, the pytest
+need sshd, munge and SLURM from the distribution, the ui's browser tests a headless
+Chromium and its driver. Before any test runs, the pytest
 controller installs the missing ones with ``apt-get`` when it may (root, or sudo
 without a password). Where it may not, the tests that need them skip with the
 command that installs them, except under CI (``CI=true``), where a missing server
@@ -26,6 +27,8 @@ BINARIES = {
     "slurmd": "slurmd",
     "sbatch": "slurm-client",
     "sinfo": "slurm-client",
+    "chromium": "chromium",  # the ui's browser tests (tests/ui), driven by Selenium
+    "chromedriver": "chromium-driver",
 }
 SBIN = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
 

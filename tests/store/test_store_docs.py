@@ -21,6 +21,8 @@ MODULES = [
     "theseus.store.compact",
     "theseus.store.index",
     "theseus.store.view_fold",
+    "theseus.store.views",
+    "theseus.store.summary",
 ]
 
 

@@ -33,6 +33,7 @@ from theseus.cli import plot as plot_commands
 from theseus.cli import replay as replay_commands
 from theseus.cli import sample as sample_commands
 from theseus.cli import store as store_commands
+from theseus.cli import ui as ui_commands
 from theseus.cli.errors import ROOT_ERRORS, fail, message
 from theseus.config import apply_overrides
 from theseus.experiments import ExperimentError, import_experiment
@@ -134,4 +135,5 @@ dispatch_commands.register(app)  # submit, launch, logs
 parts_commands.register(app)  # parts
 analyze_commands.register(app)  # analyze
 export_commands.register(app)  # export tensorboard
+ui_commands.register(app)  # ui
 

@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from theseus.store import Store
 from theseus.store.fold import WRITTEN
 
 #: the columns ``theseus ls`` shows by default, in the order they are kept as the width shrinks
@@ -67,6 +68,22 @@ def logged_keys(columns: Sequence[str]) -> list[str]:
     ['train/loss', 'lr']
     """
     return [c for c in columns if c not in BUILT_IN]
+
+
+def with_keys(store: Store, runs: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """``runs`` (`theseus.store.Store.runs`) with a column per logged key of ``keys``: each run's latest value, from
+    its last node holding it (a key no run logged is `theseus.store.UnknownKey`, naming close matches).
+
+    >>> from theseus.store.store import _doc_store
+    >>> store, n = _doc_store()
+    >>> with_keys(store, store.runs(), ["loss"])["loss"].to_list()
+    [1.5]
+    """
+    if not keys:
+        return runs
+    nodes = store.find().frame(keys=list(keys)).collect()
+    latest = nodes.sort("seq").group_by("name", "nonce").agg(pl.col(k).drop_nulls().last() for k in keys)
+    return runs.join(latest, on=["name", "nonce"], how="left", maintain_order="left")
 
 
 def ago(stamp: int | None, now: int) -> str:

@@ -49,13 +49,14 @@ def ls(
     store = Store(root)
     keys = [k for k in runs_view.logged_keys(picked) if k not in runs_view.DEFAULT + runs_view.WIDE]
     if as_json:
-        typer.echo(json.dumps(runs_view.runs_json(store.runs(keys=keys), keys), indent=2))
+        typer.echo(json.dumps(runs_view.runs_json(runs_view.with_keys(store, store.runs(), keys), keys), indent=2))
         return
     # --wide: lines as long as the table (the terminal wraps them) rather than cut columns
     console = Console(width=100_000) if wide else Console()
 
     def render() -> Table:
-        return runs_view.runs_table(store.runs(keys=keys), root, picked, width=console.width, fit=not wide)
+        runs = runs_view.with_keys(store, store.runs(), keys)
+        return runs_view.runs_table(runs, root, picked, width=console.width, fit=not wide)
 
     if not watch:
         console.print(render())

@@ -14,8 +14,8 @@ How a root is read and written (each module has the details):
   of a query from the newest view when the view covers it (folding any newer segments on
   top) and from the log otherwise, so a query over many runs scans one file. The log stays
   the source of truth: views are never rewritten, deleting them loses nothing, and
-  ``polars.scan_parquet("<root>/log/**/*.parquet", hive_partitioning=True)`` reads the log
-  without theseus.
+  raw readers (Polars, pandas, pyarrow, DuckDB) read the log without theseus, with
+  ``name`` and ``nonce`` declared strings (``docs/reading-a-root.md``).
 - ``cursor``: the immutable query DSL, planned as one Polars lazy frame over the scope.
 """
 

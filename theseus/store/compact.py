@@ -22,46 +22,46 @@ import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
 from theseus.store.index import Index
-from theseus.store.schema import KEYS_METADATA, SEGMENT_SCHEMA
-from theseus.store.segments import CorruptSegment, encode, index_of, partition_of, run_dir, segment_name, sort_records
+from theseus.store.schema import INDEX_METADATA, KEYS_METADATA, SEGMENT_SCHEMA
+from theseus.store.segments import (
+    SMALL_SEGMENT_ROWS,
+    CorruptSegment,
+    footer_metadata,
+    index_of,
+    partition_of,
+    run_dir,
+    segment_name,
+    segment_schema,
+    segment_writer,
+    sort_records,
+)
 
 
 def compact_run(index: Index, paths: list[str]) -> str | None:
     """Merge ``paths`` (segments of one run) into one new segment; returns its path.
 
     Rows are ordered by key, seq, stamp and writer, with the block index of
-    ``segments`` in the footer, like a writer's segment.
+    ``segments`` in the footer, like a writer's segment. The merge streams key by key:
+    each segment is held with its strings dictionary-encoded, and only the rows of one
+    key are decoded, sorted and written at a time.
     """
     if len(paths) < 2:
         return None
     tables, read = [], []
     for path in paths:
-        try:
-            rootfs.check_inside(index.fs, index.path(), path)  # it is deleted below: never through a link
-            rootfs.check_regular(index.fs, path)  # a FIFO or device would block the read or never end
-            with index.fs.open(path, "rb") as f:
-                # a flipped byte is refused, never republished
-                table = pq.read_table(f, page_checksum_verification=True)
-        except FileNotFoundError:
-            continue  # retired by a concurrent compaction: its records live in the merged file
-        except Exception as e:
-            raise CorruptSegment(f"cannot compact: corrupt or truncated segment "
-                                 f"{rootfs.url(index.fs, path)}: {e}") from e
-        if KEYS_METADATA not in (table.schema.metadata or {}):
-            raise CorruptSegment(f"cannot compact: {rootfs.url(index.fs, path)} has no theseus footer")
-        tables.append(table.replace_schema_metadata(None).cast(SEGMENT_SCHEMA))
-        read.append(path)
+        table = _read_segment(index, path)
+        if table is not None:  # None: retired by a concurrent compaction, its records live in the merged file
+            tables.append(table)
+            read.append(path)
     if len(tables) < 2:
         return None
-    merged = unique_records(sort_records(pa.concat_tables(tables)))
-    keys, blocks = index_of(merged)
     name, nonce = partition_of(paths[0])
     stamp = max(pc.max(t["stamp"]).as_py() or 0 for t in tables)
     # the same segments read give the same name and bytes: a racing compaction of them publishes nothing new
     inputs = hashlib.sha256("\n".join(p.rsplit("/", 1)[-1] for p in read).encode()).hexdigest()[:16]
     target = f"{run_dir(index.path(), name, nonce)}/{segment_name(stamp, inputs, 0, prefix='c')}"
     try:
-        rootfs.publish(index.fs, target, encode(merged, keys, blocks), exclusive=True)
+        rootfs.publish(index.fs, target, merge_tables(tables), exclusive=True)
     except FileExistsError:
         return None  # published by a concurrent compaction of the same segments, which retires them
     for path in read:
@@ -71,6 +71,86 @@ def compact_run(index: Index, paths: list[str]) -> str | None:
             pass
     index.footers.forget(paths)
     return target
+
+
+_STRINGS = ["node", "parent", "writer", "key", "str"]
+
+
+def _read_segment(index: Index, path: str) -> pa.Table | None:
+    """A whole segment in :func:`sort_records` order, its string columns dictionary-encoded
+    (None when it is gone); a damaged one is a CorruptSegment naming it."""
+    try:
+        rootfs.check_inside(index.fs, index.path(), path)  # it is deleted below: never through a link
+        rootfs.check_regular(index.fs, path)  # a FIFO or device would block the read or never end
+        with index.fs.open(path, "rb") as f:
+            # a flipped byte is refused, never republished
+            table = pq.ParquetFile(f, page_checksum_verification=True, read_dictionary=_STRINGS).read()
+    except FileNotFoundError:
+        return None
+    except Exception as e:
+        raise CorruptSegment(f"cannot compact: corrupt or truncated segment "
+                             f"{rootfs.url(index.fs, path)}: {e}") from e
+    metadata = table.schema.metadata or {}
+    if KEYS_METADATA not in metadata:
+        raise CorruptSegment(f"cannot compact: {rootfs.url(index.fs, path)} has no theseus footer")
+    table = table.replace_schema_metadata(None)
+    if INDEX_METADATA not in metadata:  # no block index (optional in the format): order the rows here
+        table = sort_records(table.cast(_plain(table.schema)))
+    return table
+
+
+def _plain(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with its dictionary columns as plain strings (nullability kept)."""
+    return pa.schema([f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in schema])
+
+
+def merge_tables(tables: list[pa.Table]) -> pa.Buffer:
+    """One segment's bytes holding every record of ``tables`` (each in :func:`sort_records` order),
+    identical records once, written key by key.
+
+    >>> from theseus.store.segments import parse_footer
+    >>> rows = lambda seqs, stamp: pa.table({"node": ["n"] * len(seqs), "seq": seqs, "parent": [None] * len(seqs),
+    ...     "stamp": [stamp] * len(seqs), "writer": ["w"] * len(seqs), "key": ["a"] * len(seqs),
+    ...     "float": [1.0] * len(seqs), "int": [None] * len(seqs), "bool": [None] * len(seqs),
+    ...     "str": [None] * len(seqs)}, schema=SEGMENT_SCHEMA)
+    >>> data = merge_tables([rows([0, 1], 5), rows([1, 2], 6), rows([0, 1], 5)])
+    >>> parse_footer(pq.read_metadata(pa.BufferReader(data)), "s").blocks["a"]
+    Block(start=0, stop=4, seq_min=0, seq_max=2, distinct=3, columns=('float',))
+    """
+    rows = sum(t.num_rows for t in tables)
+    filled = {c for c in SEGMENT_SCHEMA.names if all(t.column(c).null_count == 0 for t in tables)}
+    large = rows >= SMALL_SEGMENT_ROWS
+    schema = segment_schema(SEGMENT_SCHEMA, large, filled)
+    by_key: dict[str, list[pa.Table]] = {}
+    for table in tables:
+        keys, index = index_of(table)
+        for key, (start, stop, *_) in index["blocks"].items():
+            by_key.setdefault(key, []).append(table.slice(start, stop - start))
+    sink = pa.BufferOutputStream()
+    keys, blocks, stamps, written = {}, {}, [], 0
+    with segment_writer(sink, schema, large) as w:
+        for key in sorted(by_key):
+            merged = _merge_key(by_key.pop(key))
+            found, index = index_of(merged)
+            start, stop, *rest = index["blocks"][key]
+            blocks[key] = [written + start, written + stop, *rest]
+            keys[key] = found[key]
+            stamps += index["stamps"]
+            w.write_table(pa.Table.from_arrays(merged.columns, schema=schema), row_group_size=1 << 20)
+            written += merged.num_rows
+        w.add_key_value_metadata(footer_metadata(keys, {"stamps": [min(stamps), max(stamps)] if stamps else None,
+                                                        "blocks": blocks}))
+    return sink.getvalue()
+
+
+def _merge_key(parts: list[pa.Table]) -> pa.Table:
+    """The rows of one key from several segments, in (seq, stamp, writer) order, identical records once."""
+    parts = [p.cast(_plain(p.schema)).cast(SEGMENT_SCHEMA) for p in parts]
+    merged = pa.concat_tables(parts).combine_chunks()
+    ranges = [(p["seq"][0].as_py(), p["seq"][-1].as_py()) for p in parts]
+    if all(a[1] < b[0] for a, b in zip(ranges, ranges[1:])):
+        return merged  # the segments hold consecutive seq ranges: already in order, nothing repeated
+    return unique_records(sort_records(merged))
 
 
 def unique_records(table: pa.Table) -> pa.Table:

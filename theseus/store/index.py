@@ -24,6 +24,7 @@ from theseus.store.segments import (
     recorded_runs,
 )
 from theseus.store.view import View, list_views, read_view
+from theseus.store.views import Views
 
 
 class Index:
@@ -39,8 +40,10 @@ class Index:
         self.fs, self.root = fs, root
         self.footers = FooterCache(fs)
         self.listings = Listings(root if rootfs.is_local(fs) else None)  # folder listings their ctime proves
-        self._views: dict[str, View] = {}  # the newest view parsed, by path (views are immutable)
+        self._views: dict[str, View] = {}  # the live view files parsed, by path (views are immutable)
+        self._composite: tuple[tuple[str, ...], Views] | None = None  # the live views read as one
         self._ignored: set[str] = set()  # views that cannot be read: replaced by the next compaction
+        self.summaries: dict[tuple[str, ...], object] = {}  # run summaries by segment list (summary.summarize)
         self._exists = False  # the root was seen to exist (reads of a missing root raise; writes create it)
 
     def path(self, *parts: str) -> str:
@@ -90,7 +93,7 @@ class Index:
         """
         return list_runs(self.fs, self.root, name, nonce, self.listings)
 
-    def recorded_runs(self, view: View | None, name: str = "*",
+    def recorded_runs(self, view: Views | None, name: str = "*",
                       nonce: str = "*") -> dict[tuple[str, str], list[str]] | None:
         """:meth:`runs`, answered from the view's record of the log folders when their ctimes
         prove it still holds (None: list them).
@@ -102,8 +105,8 @@ class Index:
             return None
         return recorded_runs(self.listings, self.root, view.listing, view.names, view.segments, name, nonce)
 
-    def view(self) -> View | None:
-        """The newest published view, parsed (None when there is none or it cannot be read).
+    def view(self) -> Views | None:
+        """The live views, parsed and read as one (None when there is none or none can be read).
 
         >>> from theseus.store.store import _doc_store
         >>> store, n = _doc_store()
@@ -111,22 +114,29 @@ class Index:
         >>> list(Index(store.fs, store.path()).view().runs) == [(n.name, n.nonce)]
         True
         """
-        views = list_views(self)
-        if not views:
+        paths = [p for p in list_views(self) if p not in self._ignored]
+        parsed = {}
+        for path in paths:
+            view = self._views.get(path)
+            if view is None:
+                try:
+                    view = read_view(self, path)
+                except FileNotFoundError:
+                    continue  # merged into a newer view meanwhile
+                except CorruptSegment as e:
+                    self.ignore_view(path, e)
+                    continue
+            parsed[path] = view
+        self._views = parsed  # files no longer listed are retired: forget them
+        if not parsed:
             return None
-        path = views[-1]
-        if path in self._ignored:
-            return None
-        if path not in self._views:
-            try:
-                view = read_view(self, path)
-            except CorruptSegment as e:
-                self.ignore_view(path, e)
-                return None
-            self._views = {path: view}  # older views are retired: forget them
-            if view.listing is not None:  # the folders it saw, for listings their ctime proves unchanged
-                self.listings.seed = RecordedListings(self.root, view.listing, view.runs, view.segments)
-        return self._views[path]
+        key = tuple(parsed)
+        if self._composite is None or self._composite[0] != key:
+            views = Views.of(list(parsed.values()))
+            self._composite = (key, views)
+            if views.listing is not None:  # the folders it saw, for listings their ctime proves unchanged
+                self.listings.seed = RecordedListings(self.root, views.listing, views.runs, views.segments)
+        return self._composite[1]
 
     def ignore_view(self, path: str, error: Exception) -> None:
         """Stop reading the view ``path`` (it cannot be read), with a logged warning: queries fold

@@ -1,9 +1,11 @@
 """The log's fixed row layout, user-key rules and value typing.
 
 The log is stored long: one row per (record, key). Every segment has the same
-columns, so ``polars.scan_parquet("<root>/log/**/*.parquet", hive_partitioning=True)``
-reads any root without options, while user keys stay typed: a value lands in
-the column of its type (``float``, ``int``, ``bool`` or ``str``).
+columns, so ``polars.scan_parquet("<root>/log/**/*.parquet", hive_partitioning=True,
+hive_schema={"name": pl.String, "nonce": pl.String})`` reads any root (the partitions
+declared strings: a nonce may look like a number), while user keys stay typed: a value
+lands in the column of its type (``float``, ``int``, ``bool`` or ``str``).
+``docs/reading-a-root.md`` has the recipes for other readers and the fold.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ import pyarrow as pa
 from theseus.store.fold import DTYPES, WRITTEN, fold_run, fold_values, python_values, with_identity
 from theseus.store.index import Index
 from theseus.store.segments import is_glob, retry_vanished, union_keys, vanished
-from theseus.store.view import CorruptView, View, scan_view, stored_columns, view_columns
+from theseus.store.view import CorruptView
+from theseus.store.views import Views
 
 T = TypeVar("T")
 
@@ -47,7 +48,7 @@ class Scope:
         self.in_view: dict[tuple[str, str], int] = {}  # run -> view run number
         self.newer: dict[tuple[str, str], list[str]] = {}  # view run -> its segments newer than the view
         self.runs: dict[tuple[str, str], list[str]] = {}
-        self.view: View | None = None
+        self.view: Views | None = None
         if name is None or nonce is None:  # contradicting filters: no run can match
             return
         if not is_glob(nonce):  # one lineage: list it first, it may not need the view
@@ -76,7 +77,7 @@ class Scope:
             covered = set(view.segments[number])
             if covered < names:
                 newer = [p for p in paths if p.rsplit("/", 1)[-1] not in covered]
-                if all(f.stamps and f.stamps[0] > view.stamps[number] for f in index.footers.footers(newer)):
+                if all(f.stamps and f.stamps[0] > view.stamp(number) for f in index.footers.footers(newer)):
                     self.in_view[run] = number
                     self.newer[run] = newer
 
@@ -124,12 +125,8 @@ class Scope:
         view and the log contribute).
         """
         view = self.view
-        widened = {}  # per view signature: does the view store one of ``keys`` as another type than asked?
-        for i in set(view.run_keys[i] for i in self.in_view.values()) if view else ():
-            own = view.signatures[i]
-            widened[i] = any(k in own and view.types.get(k) != t for k, t in keys.items())
-        # run -> view run number, for the runs the view stores with the asked types
-        same_types = {run: i for run, i in self.in_view.items() if not widened[view.run_keys[i]]}
+        # run -> view run number, for the runs the view stores with the asked types (not widened)
+        same_types = {run: i for run, i in self.in_view.items() if not self._widened(i, keys)}
         parts, view_runs, folded = [], [], []  # view run numbers read as stored; (run, frame) folded here
         for run in self.runs:
             if run not in same_types:
@@ -143,9 +140,9 @@ class Scope:
                 folded.append((run, frame))
         if run_filter is not None:
             view_runs = [i for i in view_runs if run_filter(view.latest(i))]
+        ordered = True
         if view_runs:
-            frame = scan_view(self.index, view, view_runs, stored_columns(view, keys, parent, written))
-            frame = frame.select(view_columns(view, keys, parent, written))
+            frame, ordered = view.scan(self.index, view_runs, keys, parent, written)
             if rows:
                 frame = frame.filter(pl.any_horizontal(pl.col(k).is_not_null() for k in rows))
             parts.append(frame)
@@ -153,7 +150,12 @@ class Scope:
             parts.append(pl.concat([with_identity(frame, *run) for run, frame in folded]).lazy())
         if not parts:
             return empty_nodes(keys, parent, written).lazy(), True
-        return (parts[0], True) if len(parts) == 1 else (pl.concat(parts), False)
+        return (parts[0], ordered) if len(parts) == 1 else (pl.concat(parts), False)
+
+    def _widened(self, number: int, keys: dict[str, str]) -> bool:
+        """True when the view file of run ``number`` stores one of its ``keys`` as another type than asked."""
+        own, stored = self.view.keys(number), self.view.stored(number)
+        return any(k in own and stored.get(k) != t for k, t in keys.items())
 
     def log_values(self, keys: dict[str, str], columns: list[str]) -> dict[str, list] | None:
         """``{column: values}`` (Python lists) of the nodes holding one of ``columns``, runs in
@@ -185,8 +187,7 @@ class Scope:
     def _view_with_newer(self, run, number, keys, rows, parent, written, run_keys) -> tuple[pl.DataFrame, dict]:
         """The view's rows of a run with the fold of its newer segments on top (newer values win),
         seq first, like :meth:`_fold`."""
-        base = scan_view(self.index, self.view, [number], stored_columns(self.view, keys, parent, written))
-        base = base.select(view_columns(self.view, keys, parent, written)).drop("name", "nonce").collect()
+        base = self.view.scan(self.index, [number], keys, parent, written)[0].drop("name", "nonce").collect()
         new, latest = self._fold(run, self.newer[run], keys, None, parent, written, run_keys)
         merged = base.join(new, on="seq", how="full", coalesce=True, suffix=":new")
         columns = [pl.col("seq")]
@@ -241,11 +242,13 @@ def read_scope(index: Index, name: str | None, nonce: str | None, read: Callable
         except pl.exceptions.PanicException as e:  # Polars' scan of a view panics on some damaged pages
             if scope.view is None:
                 raise
-            index.ignore_view(scope.view.path, e)
+            for path in scope.view.paths:  # which file panicked is unknown: the log answers for all
+                index.ignore_view(path, e)
         except (pl.exceptions.PolarsError, OSError, pa.ArrowException) as e:
             if scope.view is None or vanished(e):
                 raise
-            index.ignore_view(scope.view.path, e)  # log reads raise CorruptSegment: the view is bad
+            for path in scope.view.paths:  # log reads raise CorruptSegment: a view is bad
+                index.ignore_view(path, e)
         return run()  # answered from the log now that the view is ignored
 
     return retry_vanished(run)

@@ -96,35 +96,62 @@ def encode(table: pa.Table, keys: dict[str, str], index: dict, codec: str = "zst
     columns other than float values: ``zstd`` (compaction: written once, kept) or ``lz4``
     (a live writer's flush: faster on the node ids' dictionary, a little larger).
     """
-    # a codec's setup costs more than it saves on a small live segment; float values hardly compress
-    compression = {c: codec if table.num_rows >= SMALL_SEGMENT_ROWS and c != "float" else "none"
-                   for c in table.column_names}
-    # in a large segment, a column every record fills is written as required: readers see the
-    # same values and types (Polars, pandas and theseus ignore the flag), and the writer skips a
-    # definition level per row; a commit's one-row
-    # segment would only pay for the new schema
-    schema = table.schema.remove_metadata()
-    if table.num_rows >= SMALL_SEGMENT_ROWS:
-        schema = pa.schema([f.with_nullable(False)
-                            if f.name in _REQUIRED and table.column(f.name).null_count == 0 else f
-                            for f in schema])
+    large = table.num_rows >= SMALL_SEGMENT_ROWS
+    schema = segment_schema(table.schema.remove_metadata(), large,
+                            {c for c in _REQUIRED if table.column(c).null_count == 0})
+    if large:
         table = pa.Table.from_arrays(table.columns, schema=schema)
     sink = pa.BufferOutputStream()  # grows without the copies io.BytesIO makes
+    with segment_writer(sink, schema, large, codec) as w:
+        w.write_table(table, row_group_size=1 << 20)
+        w.add_key_value_metadata(footer_metadata(keys, index))
+    return sink.getvalue()
+
+
+def segment_schema(schema: pa.Schema, large: bool, filled: set[str]) -> pa.Schema:
+    """The schema a segment is written with: in a large segment, a column every record fills
+    (``filled``) is written as required: readers see the same values and types (Polars, pandas
+    and theseus ignore the flag), and the writer skips a definition level per row; a commit's
+    one-row segment would only pay for the new schema.
+
+    >>> segment_schema(SEGMENT_SCHEMA, True, {"seq"}).field("seq").nullable
+    False
+    """
+    if not large:
+        return schema
+    return pa.schema([f.with_nullable(False) if f.name in _REQUIRED and f.name in filled else f for f in schema])
+
+
+def segment_writer(sink, schema: pa.Schema, large: bool, codec: str = "zstd") -> pq.ParquetWriter:
+    """The Parquet writer of a segment (``large``: at least SMALL_SEGMENT_ROWS rows).
+
+    >>> sink = pa.BufferOutputStream()
+    >>> with segment_writer(sink, SEGMENT_SCHEMA, False) as w:
+    ...     w.write_table(SEGMENT_SCHEMA.empty_table())
+    >>> pq.read_metadata(pa.BufferReader(sink.getvalue())).num_rows
+    0
+    """
+    # a codec's setup costs more than it saves on a small live segment; float values hardly compress
+    compression = {c: codec if large and c != "float" else "none" for c in schema.names}
     # dictionary pages and statistics only where they pay: hashing 80k random floats or
     # comparing 80k node ids costs more than all the rest of a flush, and min/max keys of a
     # one-row-group segment prune nothing. Seqs and stamps ascend within each key's block,
     # so delta encoding stores them in a few bits and encodes them faster.
     # One write batch per column chunk: the default 1,024-row batches cost a call each.
     # Every page carries a CRC, so a flipped byte is an error, not a changed value
-    with pq.ParquetWriter(sink, schema, compression=compression, store_schema=False, write_batch_size=1 << 20,
-                          use_dictionary=_DICTIONARY, write_statistics=_STATISTICS, column_encoding=_DELTA,
-                          write_page_checksum=True) as w:
-        w.write_table(table, row_group_size=1 << 20)
-        w.add_key_value_metadata({
-            KEYS_METADATA.decode(): json.dumps(keys, sort_keys=True),
-            INDEX_METADATA.decode(): json.dumps(index, separators=(",", ":")),
-        })
-    return sink.getvalue()
+    return pq.ParquetWriter(sink, schema, compression=compression, store_schema=False, write_batch_size=1 << 20,
+                            use_dictionary=_DICTIONARY, write_statistics=_STATISTICS, column_encoding=_DELTA,
+                            write_page_checksum=True)
+
+
+def footer_metadata(keys: dict[str, str], index: dict) -> dict[str, str]:
+    """A segment's theseus footer entries: its keys and its block index.
+
+    >>> sorted(footer_metadata({"a": "float"}, {"stamps": None, "blocks": {}}))
+    ['theseus.index', 'theseus.keys']
+    """
+    return {KEYS_METADATA.decode(): json.dumps(keys, sort_keys=True),
+            INDEX_METADATA.decode(): json.dumps(index, separators=(",", ":"))}
 
 
 def sort_records(table: pa.Table) -> pa.Table:

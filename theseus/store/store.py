@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import polars as pl
 
 from theseus.store import fs as rootfs
-from theseus.store import layout, schema
+from theseus.store import layout
 from theseus.store.compact import compact
-from theseus.store.cursor import Cursor, EmptyResult, _unknown_key
-from theseus.store.fold import WRITTEN
+from theseus.store.cursor import Cursor, EmptyResult
 from theseus.store.index import Index
 from theseus.store.node import Node, check_nonce, decode_id
 from theseus.store.reader import latest_value, scan
 from theseus.store.scope import read_scope
 from theseus.store.segments import retry_vanished
+from theseus.store.summary import summarize, summary_frame
 from theseus.store.view_fold import refresh_view
 from theseus.store.writer import Writer
 
@@ -103,36 +103,36 @@ class Store:
         row = log.group_by("nonce").agg(aggs).collect()
         return row.row(0, named=True) if row.height else {"nonce": nonce}
 
-    def runs(self, keys: Sequence[str] = ()) -> pl.DataFrame:
-        """One row per run: name, nonce, nodes, last write, status, finished, latest metrics, and the latest value
-        of each of ``keys`` (logged keys; one no run logged is `UnknownKey`, naming close matches).
+    def runs(self) -> pl.DataFrame:
+        """One row per run: name, nonce, nodes, last seq, last write, status, finished, job, latest metrics.
 
-        Listed and read again when a concurrent compaction retires a segment mid-read.
-
-        >>> store, n = _doc_store()
-        >>> store.runs(keys=["loss"])["loss"].to_list()
-        [1.5]
+        Costs a few operations per run, not per record (``theseus.store.summary``); listed and
+        read again when a concurrent compaction retires a segment mid-read.
         """
         self._index.require_root()
-        return retry_vanished(lambda: self._read_runs(tuple(keys)))
+        return retry_vanished(self._read_runs)
 
-    def _read_runs(self, keys: tuple[str, ...] = ()) -> pl.DataFrame:
-        paths = self._index.segments()
-        types = self._index.footers.keys(paths)
-        for key in keys:
-            if key not in types:
-                _unknown_key(key, types)
-        log = scan(self.fs, paths)
-        metrics = [k for k in ("train/loss", "val/loss", "train/tokens") if k in types]
-        metrics += [k for k in keys if k not in metrics]
-        aggs = [
-            pl.col("node").n_unique().alias("nodes"),
-            pl.col("seq").max().alias("last seq"),
-            pl.col("stamp").max().alias(WRITTEN),
-        ]
-        aggs += [latest_value(key, types[key]) for key in [schema.STATUS, schema.FINISHED, schema.JOB, *metrics]
-                 if key in types]
-        return log.group_by("name", "nonce").agg(aggs).sort(WRITTEN).collect()
+    def _read_runs(self) -> pl.DataFrame:
+        index = self._index
+        view = index.view()
+        runs = index.recorded_runs(view)  # a compacted root: one stat per folder instead of listings
+        if runs is None:
+            runs = index.runs()
+        found, missing = {}, {}
+        for run, paths in runs.items():
+            number = view.runs.get(run) if view is not None else None
+            summary = view.summary(number) if number is not None and view.covers(run, paths) else None
+            # segments are immutable: the same list has the same summary
+            summary = summary or index.summaries.get(tuple(paths))
+            if summary is None:
+                missing[run] = paths
+            found[run] = summary
+        if missing:  # footers in one parallel pass, then the runs' few blocks in parallel too
+            index.footers.footers([p for paths in missing.values() for p in paths])
+            with ThreadPoolExecutor(min(8, len(missing))) as pool:
+                for run, summary in zip(missing, pool.map(lambda paths: summarize(index, paths), missing.values())):
+                    found[run] = index.summaries[tuple(missing[run])] = summary
+        return summary_frame(list(found.items()))
 
     def compact(self, name: str = "*", nonce: str = "*") -> dict[str, int]:
         """Merge each run's small segments into one (crash-safe), then refresh the view.

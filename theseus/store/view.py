@@ -42,6 +42,7 @@ from theseus.store import schema
 from theseus.store.fold import ARROW, DTYPES, WRITTEN, node_ids, with_identity
 from theseus.store.layout import VIEW
 from theseus.store.segments import CorruptSegment
+from theseus.store.summary import SUMMARY_KEYS, Summary
 
 
 class RootFolder(Protocol):
@@ -57,7 +58,9 @@ VIEW_DIGEST = b"theseus.view.sha256"  # of the VIEW_METADATA text: page CRCs do 
 RUN = "_run"
 ROW_GROUP = 16384
 FEW_RUNS = 8  # up to this many runs are read by row group with the cached footer
-RUN_KEYS = (schema.JOB, schema.FINISHED)
+RUN_KEYS = (schema.JOB, schema.FINISHED)  # what run filters (job(), finished()) read
+LATEST_KEYS = tuple(dict.fromkeys([*RUN_KEYS, *SUMMARY_KEYS]))  # each run's latest records the view keeps
+SUMMARY = ("nodes", "last_seq", "written")  # per run in the footer (version 3), with the latest records
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,8 @@ class View:
     stamps: list[int]  # per run: the highest write stamp folded
     signatures: list[dict[str, str]]  # distinct {key: type} of runs
     run_keys: list[int]  # per run: its signature
-    latest_records: dict[str, list]  # per run key (_job, _finished): per run [value, stamp, writer] or None
+    latest_records: dict[str, list]  # per latest key (LATEST_KEYS): per run [value, stamp, writer] or None
+    summaries: dict[str, list] | None = field(default=None, compare=False, repr=False)  # SUMMARY per run
     listing: dict | None = field(default=None, compare=False, repr=False)  # segments.record_listings at build time
     meta: pq.FileMetaData | None = field(default=None, compare=False, repr=False)
     file: pq.ParquetFile | None = field(default=None, compare=False, repr=False)  # local views only
@@ -91,8 +95,16 @@ class View:
         return len(paths) == len(covered) and all(p.endswith(f"/{c}") for p, c in zip(paths, covered))
 
     def latest(self, number: int) -> dict[str, tuple]:
-        """``{"_job"/"_finished": (value, stamp, writer)}`` of run ``number``'s latest such records."""
+        """``{key: (value, stamp, writer)}`` of run ``number``'s latest records of LATEST_KEYS."""
         return {k: tuple(v[number]) for k, v in self.latest_records.items() if v[number] is not None}
+
+    def summary(self, number: int) -> Summary | None:
+        """Run ``number``'s summary (None for a view written before views kept them)."""
+        if self.summaries is None or any(k not in self.latest_records for k in SUMMARY_KEYS):
+            return None
+        nodes, last, written = (self.summaries[k][number] for k in SUMMARY)
+        latest = {k: v for k, v in self.latest(number).items() if k in SUMMARY_KEYS}
+        return Summary(nodes, last, written, latest, self.keys(number))
 
 
 class CorruptView(CorruptSegment):
@@ -196,7 +208,8 @@ def read_view(root: RootFolder, path: str) -> View:
             stamps=runs["stamp"],
             signatures=raw["signatures"],
             run_keys=runs["keys"],
-            latest_records={k: runs[k] for k in RUN_KEYS},
+            latest_records={k: runs[k] for k in LATEST_KEYS if k in runs},
+            summaries={k: runs[k] for k in SUMMARY} if all(k in runs for k in SUMMARY) else None,
             listing=listing,
             meta=meta,
             file=file,
@@ -214,11 +227,13 @@ def scan_view(root: RootFolder, view: View, numbers: list[int] | None = None,
               columns: list[str] | None = None) -> pl.LazyFrame:
     """A lazy frame over the view's rows of runs ``numbers`` (None: all).
 
-    A few runs are read by row group straight from the file with the cached footer
-    (only ``columns``, when given); more go through a Polars scan (predicate and
-    projection pushdown).
+    A few runs (any number on an object store) are read by row group straight from the file
+    with the cached footer (only ``columns``, when given); more go through a Polars scan
+    (predicate and projection pushdown).
     """
-    if numbers is not None and len(numbers) <= FEW_RUNS:
+    # an object store's view is read by row group too, whatever the runs: its footer is parsed
+    # already, and a dataset scan would fetch it again (requests that grow with the runs read)
+    if numbers is not None and (len(numbers) <= FEW_RUNS or not rootfs.is_local(root.fs)):
         starts = np.cumsum([0] + [view.meta.row_group(g).num_rows for g in range(view.meta.num_row_groups)])
         numbers = sorted(numbers)
         spans = [(view.starts[i], view.starts[i + 1]) for i in numbers]

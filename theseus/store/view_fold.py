@@ -12,21 +12,24 @@ import io
 import json
 import secrets
 import time
+from typing import NamedTuple
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
-from theseus.store.fold import fold_run, node_ids, with_identity
+from theseus.store.fold import WRITTEN, fold_run, node_ids, with_identity
 from theseus.store.index import Index
 from theseus.store.node import MAX_SEQ
+from theseus.store.scope import empty_nodes
 from theseus.store.segments import CorruptSegment, record_listings, union_keys
 from theseus.store.view import (
+    LATEST_KEYS,
     REJECTED,
     ROW_GROUP,
     RUN,
-    RUN_KEYS,
+    SUMMARY,
     VIEW,
     VIEW_DIGEST,
     VIEW_METADATA,
@@ -37,32 +40,45 @@ from theseus.store.view import (
     view_name,
     view_names,
 )
+from theseus.store.views import Views
+
+MERGE_FACTOR = 4  # a view file is merged into the newer ones once they hold a quarter of its rows
+SMALL_VIEW_ROWS = 65536  # a view file this small is always merged into the newer ones
+MAX_VIEW_FILES = 8  # more live files than this: the oldest ones are merged too
 
 
-def refresh_view(index: Index) -> None:
-    """Build a new view unless the newest one covers exactly the log's runs (and records the
-    log folders, where their ctimes prove listings).
+def refresh_view(index: Index) -> str | None:
+    """Fold into a new view file the runs the live views do not cover (new runs, runs with new
+    segments), merging it with the newest live files (:func:`merge_tail`); returns its path,
+    or None when the views cover the log exactly (and record the log folders, where their
+    ctimes prove listings).
 
     >>> from theseus.store.store import _doc_store
     >>> store, n = _doc_store()
     >>> index = Index(store.fs, store.path())
-    >>> refresh_view(index)
-    >>> first = index.view().path
-    >>> refresh_view(index)  # the view covers the log: kept
-    >>> index.view().path == first
+    >>> first = refresh_view(index)
+    >>> refresh_view(index) is None  # the view covers the log: kept
+    True
+    >>> index.view().paths == [first]
     True
     """
-    view = index.view()
+    views = index.view()
     runs = index.runs()
-    if (view is None or len(view.runs) != len(runs) or not all(view.covers(run, paths) for run, paths in runs.items())
-            or (view.listing is None and index.listings.enabled)):
-        build_view(index)
+    stale = {run: paths for run, paths in runs.items() if views is None or not views.covers(run, paths)}
+    unrecorded = views is not None and views.listing is None and index.listings.enabled
+    if not stale and not unrecorded:
+        retire_views(index, None, [])
+        return None
+    return build_view(index, stale, runs, views)
 
 
-def build_view(index: Index) -> str | None:
-    """Fold every run of the log into a new view, publish it, then retire older views.
+def build_view(index: Index, stale: dict[tuple[str, str], list[str]] | None = None,
+               runs: dict[tuple[str, str], list[str]] | None = None, views: Views | None = None) -> str | None:
+    """Publish a view file holding the fold of the ``stale`` runs (default: every run of the log)
+    and the runs of the live files it merges (:func:`merge_tail`), then retire those files.
 
-    Returns the new view's path (None for an empty log).
+    ``runs`` is the log's listing (default: listed now) and ``views`` the live views it was
+    compared with. Returns the new file's path (None for an empty log).
 
     >>> from theseus.store.store import _doc_store
     >>> store, n = _doc_store()
@@ -74,37 +90,134 @@ def build_view(index: Index) -> str | None:
     stamp = time.time_ns()
     # views are written and deleted there: never through a link
     rootfs.check_inside(index.fs, index.path(), index.path(VIEW))
-    runs = index.runs()
+    runs = index.runs() if runs is None else runs
+    stale = runs if stale is None else stale
     if not runs:
         return None
-    footers = {run: index.footers.footers(paths) for run, paths in runs.items()}
-    types = union_keys(f.keys for fs in footers.values() for f in fs)
+    merged, copied = merge_tail(views, stale, runs)
+    footers = {run: index.footers.footers(paths) for run, paths in stale.items()}
+    types = union_keys([*(f.keys for fs in footers.values() for f in fs),
+                        *(views.keys(number) for number in copied.values())])
+    # a copied run whose file stores one of its keys with another type than the new file's, or
+    # keeps no summary (written before views kept them), is folded again
+    for run, number in list(copied.items()):
+        if views.summary(number) is None or any(views.stored(number).get(k) != types[k] for k in views.keys(number)):
+            del copied[run]
+            footers[run] = index.footers.footers(runs[run])
+    parts = {run: _fold_part(index, run, runs[run], fs, types) for run, fs in footers.items()}
+    parts.update(_copied_parts(index, views, copied, types))
+    path = index.path(VIEW, view_name(stamp, secrets.token_hex(4)))
+    # after the fold: folders older by then; the log and name folders for every run, run folders for its own
+    listing = record_listings(index.listings, index.path(), runs)
+    if listing is not None:
+        numbers = {run: i for i, run in enumerate(runs)}
+        listing["runs"] = [listing["runs"][numbers[run]] for run in sorted(parts)]
+    rootfs.publish(index.fs, path, _encode(dict(sorted(parts.items())), types, listing))
+    retire_views(index, path, merged)
+    return path
+
+
+def merge_tail(views: Views | None, stale: dict, runs: dict) -> tuple[list[str], dict[tuple[str, str], int]]:
+    """Which live view files a new one holding ``stale``'s runs absorbs, newest first while each
+    holds few rows next to what is merged so far (``MERGE_FACTOR``, ``SMALL_VIEW_ROWS``) or too
+    many files are live (``MAX_VIEW_FILES``): their paths, and ``{run: number}`` of the runs read
+    from them that stay current (in the log and not stale), to copy into the new file."""
+    if views is None:
+        return [], {}
+    live: dict[int, list[tuple[tuple[str, str], int]]] = {}  # file -> its current runs
+    for run, number in views.runs.items():
+        if run in runs and run not in stale:
+            live.setdefault(views.entries[number][0], []).append((run, number))
+    rows = {f: sum(views.summary(n).nodes if views.summary(n) else 0 for _, n in found) for f, found in live.items()}
+    total = sum(views.summary(views.runs[run]).nodes if run in views.runs and views.summary(views.runs[run]) else 0
+                for run in stale) + len(stale)
+    merged, copied = [], {}
+    for f in range(len(views.files) - 1, -1, -1):
+        size = rows.get(f, 0)
+        if size > MERGE_FACTOR * total and size > SMALL_VIEW_ROWS and f < MAX_VIEW_FILES - 1:
+            break
+        merged.append(views.files[f].path)
+        copied.update(live.get(f, []))
+        total += size
+    return merged, copied
+
+
+def retire_views(index: Index, path: str | None, merged: list[str]) -> None:
+    """Delete the view files ``merged`` into ``path``, rejected or unreadable ones (and, once their view
+    is gone, their markers)."""
+    names = view_names(index)
+    gone = {p.rsplit("/", 1)[-1] for p in merged}
+    for name in sorted(names, key=lambda n: n.endswith(REJECTED)):  # views first, then their markers
+        old = index.path(VIEW, name)
+        view = name.removesuffix(REJECTED)
+        retire = is_view(view) and old != path and (
+            name in gone or view + REJECTED in names or index.ignores(index.path(VIEW, view))
+            or (name.endswith(REJECTED) and view not in names))
+        if retire:
+            try:
+                index.fs.rm_file(old)
+            except FileNotFoundError:
+                pass
+
+
+class _Part(NamedTuple):
+    """One run of a view file being written: its node frame (seq, parent, _written, keys) and record."""
+
+    frame: pl.DataFrame
+    segments: list[str]
+    stamp: int
+    keys: dict[str, str]
+    latest: dict[str, tuple]
+    counts: tuple[int, int, int]
+
+
+def _fold_part(index: Index, run: tuple[str, str], paths: list[str], footers, types: dict[str, str]) -> _Part:
+    folded = fold_run(index.fs, list(zip(paths, footers)), types, parent=True, written=True, latest=LATEST_KEYS)
+    # a segment without a stamp range (no block index) makes the run never take segments on top
+    return _Part(folded.frame, [p.rsplit("/", 1)[-1] for p in paths], run_stamp(footers),
+                 union_keys(f.keys for f in footers), folded.latest, run_counts(folded.frame))
+
+
+def _copied_parts(index: Index, views: Views, copied: dict[tuple[str, str], int],
+                  types: dict[str, str]) -> dict[tuple[str, str], _Part]:
+    """The runs ``copied`` (``{run: number}`` in ``views``) as parts, their rows read in one scan."""
+    if not copied:
+        return {}
+    frame = views.scan(index, list(copied.values()), types, True, True)[0].collect()
+    found = frame.partition_by(["name", "nonce"], as_dict=True, maintain_order=True)
+    parts = {}
+    for run, number in copied.items():
+        rows = found[run].drop("name", "nonce") if run in found else frame.clear().drop("name", "nonce")
+        parts[run] = _Part(rows, views.segments[number], views.stamp(number), views.keys(number),
+                           views.latest(number), tuple(views.summary(number)[:3]))
+    return parts
+
+
+def _encode(parts: dict[tuple[str, str], _Part], types: dict[str, str], listing: dict | None) -> bytes:
+    """A view file's bytes: the parts' rows (runs in order) and the footer record of what they fold."""
     signatures: dict[str, int] = {}
     run_table = {"name": [], "nonce": [], "start": [0], "segments": [], "stamp": [], "keys": [],
-                 **{k: [] for k in RUN_KEYS}}
+                 **{k: [] for k in (*LATEST_KEYS, *SUMMARY)}}
     frames = []
-    for number, ((name, nonce), paths) in enumerate(runs.items()):
-        folded = fold_run(index.fs, list(zip(paths, footers[(name, nonce)])), types, parent=True, written=True,
-                          latest=RUN_KEYS)
-        n = folded.frame.height
-        frames.append(with_identity(folded.frame, name, nonce).with_columns(pl.lit(number, pl.Int32).alias(RUN)))
-        signature = json.dumps(union_keys(f.keys for f in footers[(name, nonce)]), sort_keys=True)
+    for number, ((name, nonce), part) in enumerate(parts.items()):
+        frames.append(with_identity(part.frame, name, nonce).with_columns(pl.lit(number, pl.Int32).alias(RUN)))
         run_table["name"].append(name)
         run_table["nonce"].append(nonce)
-        run_table["start"].append(run_table["start"][-1] + n)
-        run_table["segments"].append([p.rsplit("/", 1)[-1] for p in paths])
-        # a segment without a stamp range (no block index) makes the run never take segments on top
-        run_table["stamp"].append(run_stamp(footers[(name, nonce)]))
-        run_table["keys"].append(signatures.setdefault(signature, len(signatures)))
-        for key in RUN_KEYS:
-            run_table[key].append(list(folded.latest[key]) if key in folded.latest else None)
-    frame = pl.concat(frames)
-    listing = record_listings(index.listings, index.path(), runs)  # after the fold: folders older by then
+        run_table["start"].append(run_table["start"][-1] + part.frame.height)
+        run_table["segments"].append(part.segments)
+        run_table["stamp"].append(part.stamp)
+        run_table["keys"].append(signatures.setdefault(json.dumps(part.keys, sort_keys=True), len(signatures)))
+        for key in LATEST_KEYS:
+            run_table[key].append(list(part.latest[key]) if key in part.latest else None)
+        for key, value in zip(SUMMARY, part.counts):
+            run_table[key].append(value)
+    frame = pl.concat(frames) if frames else empty_nodes(types, parent=True, written=True).with_columns(
+        pl.lit(None, pl.Int32).alias(RUN))
     # a parent is stored only where it is not the previous seq's node ("" for none at all)
     usual = pl.when(pl.col("seq") > 0).then(node_ids(pl.col("name"), pl.col("nonce"), pl.col("seq") - 1))
     frame = frame.with_columns(
         pl.when(pl.col("parent").eq_missing(usual)).then(None).otherwise(pl.col("parent").fill_null("")).alias("parent"))
-    meta = {"version": 2, "types": types, "runs": run_table, "signatures": [json.loads(s) for s in signatures],
+    meta = {"version": 3, "types": types, "runs": run_table, "signatures": [json.loads(s) for s in signatures],
             "listing": listing}
     table = frame.to_arrow()
     sink = io.BytesIO()
@@ -119,20 +232,7 @@ def build_view(index: Index) -> str | None:
         text = json.dumps(meta, separators=(",", ":"))
         w.add_key_value_metadata({VIEW_METADATA.decode(): text,
                                   VIEW_DIGEST.decode(): hashlib.sha256(text.encode()).hexdigest()})
-    path = index.path(VIEW, view_name(stamp, secrets.token_hex(4)))
-    rootfs.publish(index.fs, path, sink.getvalue())
-    names = view_names(index)
-    for name in sorted(names, key=lambda n: n.endswith(REJECTED)):  # views first, then their markers
-        old = index.path(VIEW, name)
-        view = name.removesuffix(REJECTED)
-        retire = is_view(view) and old != path and (
-            view + REJECTED in names or index.path(VIEW, view) < path or index.ignores(index.path(VIEW, view)))
-        if retire:  # older, unreadable or rejected (whatever its name), and a marker once its view is gone
-            try:
-                index.fs.rm_file(old)
-            except FileNotFoundError:
-                pass
-    return path
+    return sink.getvalue()
 
 
 def check_view(index: Index, path: str, runs: dict[tuple[str, str], list[str]], nonce: str | None = None) -> list[str]:
@@ -172,7 +272,7 @@ def check_view(index: Index, path: str, runs: dict[tuple[str, str], list[str]], 
         try:
             footers = index.footers.footers(paths)
             folded = fold_run(index.fs, list(zip(paths, footers)), view.types, parent=True, written=True,
-                              latest=RUN_KEYS)
+                              latest=LATEST_KEYS)
         except (CorruptSegment, FileNotFoundError):
             continue  # the segment's own problem (audit reports it), or retired by a compaction since
         rows = frame.slice(view.starts[number], view.starts[number + 1] - view.starts[number])
@@ -186,9 +286,22 @@ def check_view(index: Index, path: str, runs: dict[tuple[str, str], list[str]], 
             differs.append("stamp")
         if view.latest(number) != {k: tuple(v) for k, v in folded.latest.items()}:
             differs.append("latest records")
+        summary = view.summary(number)
+        if summary is not None and tuple(summary[:3]) != run_counts(folded.frame):
+            differs.append("run summary")
         if differs:
             found.append(f"{run[0]}:{run[1]} ({', '.join(differs)} differ from the log's fold)")
     return found
+
+
+def run_counts(frame: pl.DataFrame) -> tuple[int, int, int]:
+    """``(nodes, last seq, last write stamp)`` of a run's fold (with ``_written``), as a view keeps them.
+
+    >>> run_counts(pl.DataFrame({"seq": [0, 1, 4], WRITTEN: [5, 9, 7]}))
+    (3, 4, 9)
+    """
+    n = frame.height
+    return (n, int(frame["seq"][-1]) if n else -1, int(frame[WRITTEN].max() or 0) if n else 0)
 
 
 def run_stamp(footers) -> int:

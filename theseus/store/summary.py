@@ -1,0 +1,128 @@
+"""Run summaries: one row per run (``Store.runs()``, ``theseus ls``) at a cost per run, not per record.
+
+A run's summary is its node count, last seq, last write stamp and the latest record of each of
+``SUMMARY_KEYS`` (status, finished, job, the usual metrics). It comes from the view when the
+view folded exactly the run's segments (the view keeps each run's summary in its footer), and
+otherwise from the run's segment footers: their block index gives the seqs and stamps, and only
+the block of a summary key in the segments that can hold its latest record is read. Segments are
+immutable, so a summary is cached by the run's segment list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, NamedTuple
+
+import polars as pl
+
+from theseus.store import schema
+from theseus.store.fold import DTYPES, WRITTEN, fold_run
+from theseus.store.segments import Footer, union_keys
+
+if TYPE_CHECKING:
+    from theseus.store.index import Index
+
+METRICS = ("train/loss", "val/loss", "train/tokens")
+SUMMARY_KEYS = (schema.STATUS, schema.FINISHED, schema.JOB, *METRICS)
+
+
+class Summary(NamedTuple):
+    """One run: nodes, last seq, last write stamp, ``{key: (value, stamp, writer)}`` of its latest
+    summary records, and its ``{key: type}``."""
+
+    nodes: int
+    last_seq: int
+    written: int
+    latest: dict[str, tuple]
+    keys: dict[str, str]
+
+
+def summarize(index: Index, paths: list[str]) -> Summary:
+    """The summary of one run from its segments ``paths`` (footers, plus the blocks that can hold
+    a summary key's latest record).
+
+    >>> from theseus.store.store import _doc_store
+    >>> store, n = _doc_store()
+    >>> with store.writer() as w:
+    ...     w.write(n.next(), {"train/loss": 0.5}); w.finished(n.next())
+    >>> s = summarize(store._index, store._index.segments())
+    >>> s.nodes, s.last_seq, s.latest["train/loss"][0], s.latest["_finished"][0]
+    (2, 1, 0.5, True)
+    """
+    footers = index.footers.footers(paths)
+    keys = union_keys(f.keys for f in footers)
+    wanted = tuple(k for k in SUMMARY_KEYS if k in keys)
+    indexed = all(f.blocks is not None and f.stamps is not None for f in footers)
+    if not indexed or not all(b.dense for f in footers for b in f.blocks.values()):
+        folded = fold_run(index.fs, list(zip(paths, footers)), {}, written=True, latest=wanted)
+        seqs = folded.frame["seq"]
+        return Summary(len(seqs), int(seqs.max()) if len(seqs) else -1,
+                       int(folded.frame[WRITTEN].max() or 0) if len(seqs) else 0, folded.latest, keys)
+    nodes, last = _seq_union([(b.seq_min, b.seq_max) for f in footers for b in f.blocks.values()])
+    # a segment can hold a key's latest record only if its newest stamp reaches the oldest stamp
+    # of the segment holding the key that started last (which holds a record at least that new)
+    needed: set[int] = set()
+    for key in wanted:
+        holders = [i for i, f in enumerate(footers) if key in f.blocks]
+        floor = max(footers[i].stamps[0] for i in holders)
+        needed.update(i for i in holders if footers[i].stamps[1] >= floor)
+    latest = {}
+    if needed:
+        chosen = sorted(needed)
+        segments = [(paths[i], _only(footers[i], wanted)) for i in chosen]
+        latest = fold_run(index.fs, segments, {}, latest=wanted).latest
+    return Summary(nodes, last, max(f.stamps[1] for f in footers), latest, keys)
+
+
+def _only(footer: Footer, keys: tuple[str, ...]) -> Footer:
+    """``footer`` with only the blocks of ``keys``, so a fold reads nothing else of the segment."""
+    return dataclasses.replace(footer, blocks={k: b for k, b in footer.blocks.items() if k in keys})
+
+
+def _seq_union(ranges: list[tuple[int, int]]) -> tuple[int, int]:
+    """``(count, max)`` of the seqs covered by inclusive ``ranges``.
+
+    >>> _seq_union([(0, 4), (3, 9), (20, 20)])
+    (11, 20)
+    """
+    if not ranges:
+        return 0, -1
+    count, top = 0, -1
+    for lo, hi in sorted(ranges):
+        if hi > top:
+            count += hi - max(lo, top + 1) + 1
+            top = hi
+    return count, top
+
+
+def summary_frame(runs: list[tuple[tuple[str, str], Summary]]) -> pl.DataFrame:
+    """``Store.runs()``'s frame: name, nonce, nodes, last seq, last write, then the latest value of each
+    summary key any run logged (typed as the root reads it), sorted by last write.
+
+    >>> s = Summary(3, 2, 7, {"train/loss": (1.5, 7, "w")}, {"train/loss": "float"})
+    >>> summary_frame([(("a.b.c", "949e88"), s)]).rows()
+    [('a.b.c', '949e88', 3, 2, 7, 1.5)]
+    """
+    types = union_keys(s.keys for _, s in runs)
+    columns = {
+        "name": pl.Series([r[0] for r, _ in runs], dtype=pl.String),
+        "nonce": pl.Series([r[1] for r, _ in runs], dtype=pl.String),
+        "nodes": pl.Series([s.nodes for _, s in runs], dtype=pl.UInt32),
+        "last seq": pl.Series([s.last_seq for _, s in runs], dtype=pl.Int64),
+        WRITTEN: pl.Series([s.written for _, s in runs], dtype=pl.Int64),
+    }
+    for key in SUMMARY_KEYS:
+        if key in types:
+            columns[key] = _typed([s.latest[key][0] if key in s.latest else None for _, s in runs], types[key])
+    return pl.DataFrame(columns).sort(WRITTEN, maintain_order=True)
+
+
+def _typed(values: list, kind: str) -> pl.Series:
+    """Latest values (as stored: int, float, bool or str) as one column of read type ``kind``,
+    converted as the fold converts them (Polars casts)."""
+    if kind == "str":
+        return pl.Series([v if v is None or isinstance(v, str) else pl.Series([v]).cast(pl.String).item()
+                          for v in values], dtype=pl.String)
+    if kind == "float":
+        return pl.Series([v if v is None else float(v) for v in values], dtype=pl.Float64)
+    return pl.Series(values, dtype=DTYPES[kind])

@@ -1,0 +1,241 @@
+"""The app's JSON API over one root: runs, live changes, filters, CSV, chart series, run and node pages.
+
+Every route reads; none writes to the root. Bad input (a malformed nonce or id, an unknown
+key, a condition that cannot be read) answers 400 with ``{"error": ...}`` naming the
+problem; a run or node the root does not hold answers 404.
+
+>>> import tempfile
+>>> from starlette.testclient import TestClient
+>>> from theseus.store import Node, Store
+>>> store = Store(tempfile.mkdtemp())
+>>> n = Node.start("doc.api.run")
+>>> with store.writer() as w:
+...     w.write(n, {"train/loss": 2.0})
+>>> client = TestClient(routes_app(Api(store)))
+>>> [r["nonce"] for r in client.get("/api/runs").json()["rows"]] == [n.nonce]
+True
+>>> client.get("/api/run/zzzzzz").json()["error"]
+"nonce must be 6 lowercase hex characters, got 'zzzzzz'"
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from theseus.store import EmptyResult, Store
+from theseus.store.fs import NotPlainFile
+from theseus.store.node import check_nonce
+from theseus.ui import node as node_data
+from theseus.ui import run as run_data
+from theseus.ui import series as series_data
+from theseus.ui import table
+from theseus.ui.configs import run_config
+from theseus.ui.follow import Follower, PerVersion
+from theseus.ui.status import STALE_AFTER_S
+
+MIN_POLL_S = 0.25  # clients poll about every second; several clients share one listing within this
+
+
+class JSON(Response):
+    """A JSON response through orjson (NaN and infinities become null, as JSON has neither).
+
+    >>> JSON({"loss": float("nan")}).body
+    b'{"loss":null}'
+    """
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+
+
+class Api:
+    """The state of the app: the store, its :class:`Follower`, and a change counter clients poll.
+
+    >>> import tempfile
+    >>> Api(Store(tempfile.mkdtemp())).refresh()
+    0
+    """
+
+    def __init__(self, store: Store, stale_after_s: float = STALE_AFTER_S):
+        self.store = store
+        self.follower = Follower(store)
+        self.stale_after_s = stale_after_s
+        self.table = table.Rows(stale_after_s)
+        self.numeric = PerVersion(series_data.run_numeric_keys)
+        self.config = PerVersion(lambda run: set(run_config(run)))
+        self.token = 0  # grows when any run changes
+        self._changed_at: dict[str, int] = {}  # nonce -> token of its last change
+        self._last_poll = 0.0
+        self._lock = threading.Lock()
+
+    def refresh(self) -> int:
+        """Poll the root when the last poll is older than ``MIN_POLL_S``; returns the change token."""
+        with self._lock:
+            if time.monotonic() - self._last_poll >= MIN_POLL_S:
+                changed = self.follower.poll()
+                self._last_poll = time.monotonic()
+                if changed:
+                    self.token += 1
+                    for run in changed:
+                        self._changed_at[run.nonce] = self.token
+            return self.token
+
+    def changed_since(self, token: int) -> list[str]:
+        """The nonces of the runs that changed after ``token``.
+
+        >>> import tempfile
+        >>> Api(Store(tempfile.mkdtemp())).changed_since(0)
+        []
+        """
+        return sorted(n for n, t in self._changed_at.items() if t > token)
+
+    def rows(self, nonces: list[str] | None = None, extra: list[str] = ()) -> list[dict]:
+        """Table rows of ``nonces`` (every run when None)."""
+        runs = self.follower.runs
+        chosen = runs.values() if nonces is None else [runs[n] for n in nonces if n in runs]
+        return self.table.rows(chosen, extra)
+
+    def keys(self) -> list[str]:
+        """The numeric keys logged in the root."""
+        return self.numeric.union(self.follower.runs.values())
+
+    def config_keys(self) -> list[str]:
+        """The dotted config keys of every run."""
+        return self.config.union(self.follower.runs.values())
+
+
+def _list(value: str | None) -> list[str]:
+    return [v for v in (value or "").split(",") if v]
+
+
+def _error(status: int, message: str) -> JSON:
+    return JSON({"error": message}, status_code=status)
+
+
+def _handled(handler):
+    """Run a route's reads off the event loop (a JSON body read first), and turn the data layer's
+    errors into 400 (bad input) and 404 (nothing there) answers."""
+
+    async def route(request: Request) -> Response:
+        try:
+            body = await request.json() if request.method == "POST" else None
+            if request.method == "POST" and not isinstance(body, dict):
+                return _error(400, f"expected a JSON object as the request body, got {type(body).__name__}")
+            return await run_in_threadpool(handler, request, body)
+        except (KeyError, EmptyResult, FileNotFoundError) as e:
+            return _error(404, e.args[0] if e.args and isinstance(e.args[0], str) else str(e))
+        except (ValueError, NotPlainFile) as e:
+            return _error(400, str(e))
+
+    return route
+
+
+def routes(api: Api) -> list[Route]:
+    """The API's routes over ``api`` (mounted under ``/api``).
+
+    >>> import tempfile
+    >>> sorted(r.path for r in routes(Api(Store(tempfile.mkdtemp()))))[:3]
+    ['/api/csv', '/api/diff', '/api/file/{node_id}/{path:path}']
+    """
+
+    def runs(request: Request, body: Any) -> Response:
+        token = api.refresh()
+        extra = _list(request.query_params.get("extra"))
+        rows = api.rows(extra=extra)
+        return JSON({"token": token, "rows": rows, "root": api.store.root, "stale_after_s": api.stale_after_s,
+                     "keys": api.keys()})
+
+    def poll(request: Request, body: Any) -> Response:
+        since = int(request.query_params.get("since", "0"))
+        token = api.refresh()
+        changed = api.changed_since(since)
+        extra = _list(request.query_params.get("extra"))
+        versions = {n: api.follower.runs[n].version for n in changed}
+        return JSON({"token": token, "changed": changed, "versions": versions, "rows": api.rows(changed, extra)})
+
+    def config_keys(request: Request, body: Any) -> Response:
+        api.refresh()
+        return JSON({"config": api.config_keys(), "metrics": api.keys()})
+
+    def filter_runs(request: Request, body: Any) -> Response:
+        conditions = [table.parse_condition(text) for text in body.get("conditions", []) if text.strip()]
+        api.refresh()
+        return JSON({"nonces": sorted(table.matching(api.store, api.follower.runs, conditions))})
+
+    def csv(request: Request, body: Any) -> Response:
+        columns = body.get("columns") or list(table.BASE_COLUMNS)
+        extra = [c for c in columns if c not in table.BASE_COLUMNS and c not in table.MAIN_METRICS
+                 and c not in ("project", "group", "run", "error")]
+        nonces = body.get("nonces")
+        rows = api.rows(nonces, extra)
+        if nonces is not None:
+            order = {n: i for i, n in enumerate(nonces)}
+            rows.sort(key=lambda r: order[r["nonce"]])
+        return Response(table.to_csv(rows, columns), media_type="text/csv",
+                        headers={"content-disposition": 'attachment; filename="runs.csv"'})
+
+    def series(request: Request, body: Any) -> Response:
+        api.refresh()
+        x = request.query_params.get("x", series_data.SEQ)
+        since = dict(item.split(":", 1) for item in _list(request.query_params.get("since")))
+        series_data.check_keys([x, *_list(request.query_params.get("keys"))], api.keys())
+        found = []
+        for nonce in _list(request.query_params.get("runs")):
+            check_nonce(nonce)
+            run = api.follower.run(nonce)
+            for key in _list(request.query_params.get("keys")):
+                after = int(since[nonce]) if nonce in since else None
+                found.append({**series_data.series(run, key, x, after), "name": run.name})
+        return JSON({"token": api.token, "series": found})
+
+    def run_page(request: Request, body: Any) -> Response:
+        nonce = request.path_params["nonce"]
+        check_nonce(nonce)
+        api.refresh()
+        audit = request.query_params.get("audit", "1") != "0"
+        return JSON(run_data.run_page(api.store, api.follower, nonce, with_audit=audit))
+
+    def run_logs(request: Request, body: Any) -> Response:
+        nonce = request.path_params["nonce"]
+        check_nonce(nonce)
+        return JSON({"logs": run_data.process_logs(api.store, nonce)})
+
+    def diff(request: Request, body: Any) -> Response:
+        api.refresh()
+        nonce, other = request.query_params.get("run", ""), request.query_params.get("other", "")
+        check_nonce(nonce)
+        return JSON({"diff": run_data.config_diff(api.store, api.follower, nonce, other)})
+
+    def node_page(request: Request, body: Any) -> Response:
+        return JSON(node_data.node_page(api.store, request.path_params["node_id"]))
+
+    def file(request: Request, body: Any) -> Response:
+        data, kind = node_data.read_artifact(api.store, request.path_params["node_id"], request.path_params["path"])
+        return Response(data, media_type=kind, headers={"x-content-type-options": "nosniff"})
+
+    table_routes = [("/api/runs", runs, ["GET"]), ("/api/poll", poll, ["GET"]), ("/api/keys", config_keys, ["GET"]),
+                    ("/api/filter", filter_runs, ["POST"]), ("/api/csv", csv, ["POST"]),
+                    ("/api/series", series, ["GET"]), ("/api/run/{nonce}", run_page, ["GET"]),
+                    ("/api/run/{nonce}/logs", run_logs, ["GET"]), ("/api/diff", diff, ["GET"]),
+                    ("/api/node/{node_id}", node_page, ["GET"]), ("/api/file/{node_id}/{path:path}", file, ["GET"])]
+    return [Route(path, _handled(handler), methods=methods) for path, handler, methods in table_routes]
+
+
+def routes_app(api: Api) -> Starlette:
+    """A Starlette app of the API routes alone (the server adds the pages).
+
+    >>> import tempfile
+    >>> isinstance(routes_app(Api(Store(tempfile.mkdtemp()))), Starlette)
+    True
+    """
+    return Starlette(routes=routes(api))
