@@ -239,7 +239,7 @@ def test_training_analyze_and_evaluate_turn_the_hooks_off(tmp_path):
 
 @pytest.mark.parametrize("setting, message", [
     ({"eval": {"length": 0}}, "eval.length must be -1 (all examples) or a positive integer, got 0"),
-    ({"logging": {"remote": True}}, "logging.remote=True is not implemented yet"),
+    ({"logging": {"remote": True, "remote_backend": "mlflow"}}, "unknown mirror backend 'mlflow'"),
     ({"architecture": {"instrumentation": {"residual": True}}},
      "architecture.instrumentation.residual=True does nothing here"),
     ({"training": {"warmup_pct": 0.2}}, "training.warmup_pct=0.2 is not read by the schedule: "

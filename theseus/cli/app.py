@@ -27,6 +27,7 @@ from theseus import logs
 from theseus.cli import analyze as analyze_commands
 from theseus.cli import audit as audit_commands
 from theseus.cli import dispatch as dispatch_commands
+from theseus.cli import export as export_commands
 from theseus.cli import parts as parts_commands
 from theseus.cli import plot as plot_commands
 from theseus.cli import replay as replay_commands
@@ -133,5 +134,6 @@ plot_commands.register(app)  # plot
 dispatch_commands.register(app)  # submit, launch, logs
 parts_commands.register(app)  # parts
 analyze_commands.register(app)  # analyze
+export_commands.register(app)  # export tensorboard
 ui_commands.register(app)  # ui
 

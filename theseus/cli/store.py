@@ -1,13 +1,17 @@
-"""Store commands of the ``theseus`` CLI: ``ls``, ``show``, ``compact``."""
+"""Store commands of the ``theseus`` CLI: ``ls`` (its table: `theseus.cli.runs`), ``show``, ``compact``."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import time
 
 import typer
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
 
+from theseus.cli import runs as runs_view
 from theseus.cli.errors import fail, reported
 from theseus.store import EmptyResult, Node, Store
 from theseus.store.fold import WRITTEN
@@ -20,32 +24,52 @@ def _when(stamp: int | None) -> str:
     return dt.datetime.fromtimestamp(stamp / 1e9).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _fmt(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+def ls(
+    root: str = typer.Argument(..., help="root folder or gs:// URL"),
+    wide: bool = typer.Option(False, "--wide", help="more columns (job, train/tokens, last seq), none left out"),
+    columns: str | None = typer.Option(None, "--columns", metavar="KEY,...",
+                                       help="these columns: name, nonce, status, written, nodes, job, last seq "
+                                            "or any logged key"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object per run, for scripts"),
+    watch: bool = typer.Option(False, "--watch", help="refresh in place until Ctrl-C"),
+    interval: float = typer.Option(2.0, "--interval", help="seconds between refreshes with --watch"),
+    count: int | None = typer.Option(None, "--count", hidden=True, help="stop --watch after this many refreshes"),
+) -> None:
+    """List the runs of a root: name, nonce, status, last write, latest metrics; fits the terminal's width.
 
-
-def ls(root: str = typer.Argument(..., help="root folder or gs:// URL")) -> None:
-    """List the runs of a root: name, nonce, nodes, last write, status and latest metrics.
-
-    Example: ``theseus ls /tmp/root``
+    Example: ``theseus ls /tmp/root``, ``theseus ls /tmp/root --columns status,train/loss,optimization/lr``
     """
-    runs = Store(root).runs()
-    table = Table(title=f"runs in {root}")
-    metrics = [c for c in ("train/loss", "val/loss", "train/tokens") if c in runs.columns]
-    for column in ["name", "nonce", "nodes", "last write", "job", "status", *metrics]:
-        table.add_column(column, justify="right" if column in ("nodes", *metrics) else "left",
-                         no_wrap=column in ("nonce", "name"))
-    for row in runs.iter_rows(named=True):
-        status = row.get("_status") or ("finished" if row.get("_finished") else "-")
-        table.add_row(
-            row["name"], row["nonce"], str(row["nodes"]), _when(row[WRITTEN]), row.get("_job") or "-", status,
-            *[_fmt(row.get(m)) for m in metrics],
-        )
-    Console().print(table)
+    picked = runs_view.parse_columns(columns) if columns is not None else runs_view.default_columns(wide)
+    if wide and columns is not None:
+        raise ValueError("--wide and --columns are exclusive: --columns already says which columns to show")
+    if as_json and watch:
+        raise ValueError("--json prints once; leave out --watch")
+    if interval <= 0 or (count is not None and count < 1):
+        raise ValueError("--interval must be positive and --count at least 1")
+    store = Store(root)
+    keys = [k for k in runs_view.logged_keys(picked) if k not in runs_view.DEFAULT + runs_view.WIDE]
+    if as_json:
+        typer.echo(json.dumps(runs_view.runs_json(runs_view.with_keys(store, store.runs(), keys), keys), indent=2))
+        return
+    # --wide: lines as long as the table (the terminal wraps them) rather than cut columns
+    console = Console(width=100_000) if wide else Console()
+
+    def render() -> Table:
+        runs = runs_view.with_keys(store, store.runs(), keys)
+        return runs_view.runs_table(runs, root, picked, width=console.width, fit=not wide)
+
+    if not watch:
+        console.print(render())
+        return
+    try:
+        with Live(render(), console=console, auto_refresh=False) as live:
+            shown = 1
+            while count is None or shown < count:
+                time.sleep(interval)
+                live.update(render(), refresh=True)
+                shown += 1
+    except KeyboardInterrupt:
+        pass
 
 
 def show(
@@ -75,7 +99,7 @@ def show(
     table.add_column("key")
     table.add_column("value", overflow="fold")
     for key, value in sorted(record.items()):
-        table.add_row(key, _when(value) if key == WRITTEN else _fmt(value))
+        table.add_row(key, _when(value) if key == WRITTEN else runs_view.fmt(value))
     Console().print(table)
 
 

@@ -26,6 +26,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from theseus.mirror.sinks import backend, require
+
 
 @dataclasses.dataclass
 class DtypeConfig:
@@ -136,16 +138,27 @@ class TrainingConfig:
 
 @dataclasses.dataclass
 class LoggingConfig:
-    """`logging`: intervals (in steps) of reports, checkpoints and validation.
+    """`logging`: intervals (in steps) of reports, checkpoints and validation, and the live mirror.
 
-    >>> LoggingConfig().report_interval
-    32
+    ``remote = True`` mirrors every report the run writes to the store, live, to
+    ``remote_backend``: ``comet`` (the default), ``wandb`` or ``tensorboard`` (see
+    `theseus.mirror`; the packages are the optional ``remote`` group). ``remote_dir`` is
+    the local folder the backend writes into ("": its own default; TensorBoard's is
+    ``runs``), ``remote_offline`` keeps wandb and Comet off the network (wandb's offline
+    mode, Comet's offline archive; TensorBoard is always local). The store stays the
+    source of truth: a mirror that fails is warned about once and never stops the run.
+
+    >>> LoggingConfig().report_interval, LoggingConfig().remote_backend
+    (32, 'comet')
     """
 
     report_interval: int = 32
     checkpoint_interval: int = 1024
     validation_interval: int = 512
     remote: bool = False
+    remote_backend: str = "comet"
+    remote_dir: str = ""
+    remote_offline: bool = False
 
 
 @dataclasses.dataclass
@@ -224,9 +237,7 @@ class NotImplementedSetting(ValueError):
 
 
 #: keys whose only implemented value is their default, and what to do instead
-NOT_IMPLEMENTED = {
-    "logging.remote": "runs are watched from their root (`theseus ls`, `theseus plot`)",
-}
+NOT_IMPLEMENTED: dict[str, str] = {}
 #: keys only analyses read (an analysis names them in its ``reads``): `Recipe.check` refuses one set
 #: in a job that runs no analysis reading it
 READ_BY_ANALYSES = ("architecture.instrumentation.residual", "architecture.instrumentation.components")
@@ -251,13 +262,20 @@ def check_config(cfg: DictConfig, schema: type) -> None:
     ``optimization.warmup_pct`` / ``decay_pct``, so setting the ``training`` pair
     raises instead of doing nothing.
 
+    The mirror's backend must be one of `theseus.mirror.BACKENDS`, and installed when
+    ``logging.remote`` is on (the error names the command that installs it).
+
     >>> from theseus.train.recipe import Recipe
-    >>> cfg = load_config({"logging": {"remote": True}}, Recipe.Config)
+    >>> cfg = load_config({"training": {"warmup_pct": 0.5}}, Recipe.Config)
     >>> try:
     ...     check_config(cfg, Recipe.Config)
-    ... except NotImplementedSetting as e:
-    ...     print(str(e).split(" (")[0])
-    logging.remote=True is not implemented yet
+    ... except ValueError as e:
+    ...     print(str(e).split(": ")[0])
+    training.warmup_pct=0.5 is not read by the schedule
+    >>> check_config(load_config({"logging": {"remote_backend": "mlflow"}}, Recipe.Config), Recipe.Config)
+    Traceback (most recent call last):
+    ...
+    theseus.mirror.sinks.MirrorUnavailable: unknown mirror backend 'mlflow'; choose one of comet, tensorboard, wandb
     """
     defaults = OmegaConf.structured(schema)
     for key, instead in NOT_IMPLEMENTED.items():
@@ -277,6 +295,14 @@ def check_config(cfg: DictConfig, schema: type) -> None:
     _positive_int("training.tokens", training.tokens)
     for name in ("report_interval", "checkpoint_interval", "validation_interval"):
         _positive_int(f"logging.{name}", getattr(cfg.logging, name))
+    if cfg.logging.remote:
+        require(cfg.logging.remote_backend)
+        if cfg.logging.remote_backend == "comet" and cfg.logging.remote_dir and not cfg.logging.remote_offline:
+            raise NotImplementedSetting(
+                f"logging.remote_dir={cfg.logging.remote_dir!r} is where Comet writes offline archives, and an online "
+                "Comet experiment writes none: set logging.remote_offline=True or leave remote_dir empty")
+    else:
+        backend(cfg.logging.remote_backend)
     if training.validation_steps < 0:
         raise ValueError(f"training.validation_steps must be >= 0, got {training.validation_steps}")
     requested = training.per_device_batch_size

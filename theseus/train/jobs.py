@@ -21,6 +21,7 @@ import jax
 from theseus import config as configs
 from theseus.experiments import job_source
 from theseus.jobs import Job, _NullWriter, job
+from theseus.mirror import Mirror, MirrorRun, open_sink
 from theseus.store import EmptyResult, Node, layout, schema, trust
 from theseus.store import fs as rootfs
 from theseus.train.recipe import Recipe
@@ -60,6 +61,7 @@ class Pretrain(Recipe, Job):
                                  f"{self.base.name}:{self.base.nonce}): {e}") from None
         self.primary = jax.process_index() == 0
         self._ticked = False
+        self._mirror: Mirror | None = None  # opened at the first report when logging.remote is on
         self._artifact_nodes: set[str] = set()  # nodes whose artifacts record this job wrote
         self.trainer = Trainer(
             self.config,
@@ -119,7 +121,25 @@ class Pretrain(Recipe, Job):
         node = self._node_at(step)
         if self.writer is not None:
             self.writer.write(node, metrics)
+            if self.primary and self.config.logging.remote:
+                self._mirrored().report(step, metrics)
         self.node = node
+
+    def _mirrored(self) -> Mirror:
+        """The live mirror of this run's reports (`theseus.mirror`), started at the first report."""
+        if self._mirror is None:
+            section = self.config.logging
+            run = MirrorRun(self.name, self.node.nonce, configs.to_dict(self.config),
+                            folder=section.remote_dir, offline=section.remote_offline)
+            backend = section.remote_backend
+            self._mirror = Mirror(lambda: open_sink(backend, run), f"{backend} {run.label}", log=self.log)
+        return self._mirror
+
+    def _close_mirror(self) -> None:
+        """Close the mirror (it logs what it mirrored and what it dropped); the next report opens a new one."""
+        if self._mirror is not None:
+            mirror, self._mirror = self._mirror, None
+            mirror.close()
 
     def _committed(self, step: int, folder: str) -> None:
         node = self._node_at(step)
@@ -151,7 +171,10 @@ class Pretrain(Recipe, Job):
         try:
             self.trainer.train()
         finally:
-            self.trainer.wait()
+            try:
+                self.trainer.wait()
+            finally:
+                self._close_mirror()
         self.node = self._node_at(self.trainer.step)
         return self.node
 
@@ -176,6 +199,7 @@ class Pretrain(Recipe, Job):
                     self.trainer.wait()
                 finally:
                     self.writer = None
+                    self._close_mirror()
         else:
             self.trainer.tick()
         self.node = self._node_at(self.trainer.step)
@@ -200,5 +224,8 @@ class Pretrain(Recipe, Job):
         return self.trainer.generate(prompts, **options)
 
     def close(self) -> None:
-        """Finish pending checkpoints and free the device state."""
-        self.trainer.close()
+        """Finish pending checkpoints and the mirror, and free the device state."""
+        try:
+            self.trainer.close()
+        finally:
+            self._close_mirror()
