@@ -28,9 +28,7 @@ from loguru import logger
 from omegaconf import DictConfig
 
 from theseus import config as configs
-from theseus.dispatch.inventory import Inventory, load_inventory
 from theseus.dispatch.spec import LaunchSpec
-from theseus.dispatch.submit import request_for, submit
 from theseus.experiments import shipped
 from theseus.jobs import Job, get_job, key_of
 from theseus.store import EmptyResult, Store, schema, trust
@@ -254,6 +252,10 @@ class QuickJob:
         >>> plan.placement.host.name, plan.spec.root
         ('hpc', '/r')
         """
+        # the launchers load only when something is submitted: a session that trains here never needs them
+        from theseus.dispatch.inventory import Inventory, load_inventory
+        from theseus.dispatch.submit import request_for, submit
+
         self._check_open()
         inv = inventory if isinstance(inventory, Inventory) else load_inventory(inventory)
         sizes = {k: options.pop(k) for k in ("memory_gb", "cpus") if k in options}

@@ -34,7 +34,6 @@ import fsspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
@@ -263,6 +262,8 @@ def scan_view(root: RootFolder, view: View, numbers: list[int] | None = None,
     if rootfs.is_local(root.fs):
         frame = pl.scan_parquet(view.path)
     else:
+        import pyarrow.dataset as ds  # here: it loads pandas, which only a remote root's view needs
+
         frame = pl.scan_pyarrow_dataset(ds.dataset(view.path, filesystem=root.fs, format="parquet"))
     if numbers is not None and len(numbers) < len(view.runs):
         frame = frame.filter(pl.col(RUN).is_in(numbers))
