@@ -239,3 +239,17 @@ def test_a_live_run_reaches_the_table_and_the_chart(driver, trained, tmp_path):
     driver.save_screenshot(str(tmp_path / "live.png"))
     print(f"live report shown in the chart {max(latencies):.2f} s after its flush at worst")
     assert max(latencies) < 5  # the bench measures the figure (2 s); a loaded CI machine gets slack
+
+
+@pytest.mark.gcs
+def test_the_runs_and_chart_pages_of_a_gcs_root(driver, gcs_emulator):
+    from tests.conftest import gcs_bucket_root
+
+    url = gcs_bucket_root(gcs_emulator)  # the server's process inherits the emulator's environment
+    nonces = make_runs(url, runs=3, nodes=6, compact=False)
+    with ui_server(url) as app:
+        open_page(driver, f"{app}/#/runs", "runs")
+        assert sorted(shown_rows(driver)) == sorted(nonces)
+        assert cell(driver, nonces[0], "nodes") == "6"
+        open_page(driver, f"{app}/#/charts?runs={nonces[0]}&keys=train/loss", "charts")
+        assert driver.execute_script("return +document.querySelector('.chart table.summary tr').dataset.points") == 6
