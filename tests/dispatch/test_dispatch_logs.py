@@ -115,6 +115,18 @@ def test_logs_of_unknown_or_silent_runs_say_so(tmp_path):
     assert none.exit_code == 1 and "process 5 of run abcdef" in none.output
 
 
+def test_logs_of_a_run_without_a_job_record_are_none_not_an_unknown_run(tmp_path):
+    from theseus.store import Node
+
+    root = str(tmp_path / "root")
+    node = Node.start("script.only.run")
+    with Store(root).writer() as w:  # user keys only: no job, config or status record
+        w.write(node, {"train/loss": 1.0})
+    assert find_logs(root, node.nonce) == []
+    said = CliRunner().invoke(app, ["logs", root, node.nonce])
+    assert said.exit_code == 1 and f"run {node.nonce} has no published output" in said.output
+
+
 def test_logs_of_a_resumed_lineage_come_after_its_checkpoints(tmp_path):
     root = str(tmp_path / "root")
     first = LaunchSpec("gpt/train/pretrain", "run", "", root, nonce="abcdef")

@@ -59,6 +59,13 @@ def free_port() -> int:
 @contextlib.contextmanager
 def ui_server(root: str, stale_after: float | None = None) -> Iterator[str]:
     """``theseus ui ROOT`` in a subprocess on 127.0.0.1; yields its URL, stops it afterwards."""
+    with ui_process(root, stale_after) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def ui_process(root: str, stale_after: float | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Like :func:`ui_server`, yielding ``(url, process)`` (the bench reads the process's CPU time)."""
     port = free_port()
     command = [sys.executable, "-m", "theseus.cli", "ui", root, "--port", str(port)]
     if stale_after is not None:
@@ -75,7 +82,7 @@ def ui_server(root: str, stale_after: float | None = None) -> Iterator[str]:
                 if proc.poll() is not None or time.time() > deadline:
                     raise RuntimeError(f"theseus ui did not start: {Path(log.name).read_text()[-2000:]}") from None
                 time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", proc
     finally:
         proc.terminate()
         try:

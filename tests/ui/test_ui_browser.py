@@ -157,6 +157,24 @@ def test_charts_keep_their_view_in_the_url(driver, synthetic, tmp_path):
                                  "table.summary tr')].map(r => [r.dataset.nonce, +r.dataset.last])")
     for nonce, value in last:
         assert value == store.find().nonce(nonce).columns(keys=["val/loss"])["val/loss"][-1]
+    plot = "T.pages.charts.state().plots['train/loss']"
+    legend = ("[...document.querySelectorAll('.chart[data-key=\"train/loss\"] .u-legend tr.u-series')]"
+              ".filter(r => r.offsetParent !== null)")
+    labels = driver.execute_script(f"return {legend}.map(r => r.querySelector('.u-label').textContent)")
+    assert labels[0] == "train/tokens" and len(labels) == 5 and not any(x.endswith(" raw") for x in labels)
+    driver.execute_script(f"const u = {plot}; u.setCursor({{left: u.bbox.width / devicePixelRatio / 2, top: 10}})")
+    values = driver.execute_script(f"return {legend}.slice(1).map(r => r.querySelector('.u-value').textContent)")
+    assert all("(raw " in v for v in values), values  # the smoothed value, then the raw one under the cursor
+    driver.execute_script(f"{legend}[1].querySelector('.u-label').click()")  # hides the smoothed line and its raw one
+    assert driver.execute_script(f"return {plot}.series.slice(1, 3).map(s => s.show)") == [False, False]
+    ticks = "T.pages.charts.ticks"
+    assert driver.execute_script(f"return {ticks}([40e6, 45e6, 50e6], 5e6, false)") == ["40M", "45M", "50M"]
+    assert driver.execute_script(f"return {ticks}([1000000, 1000100, 1000200], 100, false)") == [
+        "1M", "1.0001M", "1.0002M"]
+    assert driver.execute_script(f"return {ticks}([0, 0.25, 0.5], 0.25, false)") == ["0", "0.25", "0.5"]
+    driver.execute_script(f"{plot}.setScale('x', {{min: 10000, max: 10004}})")  # zoomed in: ticks stay distinct
+    shown = driver.execute_script(f"return {plot}.axes[0]._values")  # (uPlot's drawn tick labels)
+    assert len(shown) >= 2 and len(set(shown)) == len(shown) and all(shown), shown
     type_into(driver, "add-key", "train/tokens", enter=True)  # a third chart, kept in the URL
     wait_for(driver, "document.querySelectorAll('.chart canvas').length === 3")
     assert "keys=train%2Floss%2Cval%2Floss%2Ctrain%2Ftokens" in driver.current_url or \
@@ -221,3 +239,17 @@ def test_a_live_run_reaches_the_table_and_the_chart(driver, trained, tmp_path):
     driver.save_screenshot(str(tmp_path / "live.png"))
     print(f"live report shown in the chart {max(latencies):.2f} s after its flush at worst")
     assert max(latencies) < 5  # the bench measures the figure (2 s); a loaded CI machine gets slack
+
+
+@pytest.mark.gcs
+def test_the_runs_and_chart_pages_of_a_gcs_root(driver, gcs_emulator):
+    from tests.conftest import gcs_bucket_root
+
+    url = gcs_bucket_root(gcs_emulator)  # the server's process inherits the emulator's environment
+    nonces = make_runs(url, runs=3, nodes=6, compact=False)
+    with ui_server(url) as app:
+        open_page(driver, f"{app}/#/runs", "runs")
+        assert sorted(shown_rows(driver)) == sorted(nonces)
+        assert cell(driver, nonces[0], "nodes") == "6"
+        open_page(driver, f"{app}/#/charts?runs={nonces[0]}&keys=train/loss", "charts")
+        assert driver.execute_script("return +document.querySelector('.chart table.summary tr').dataset.points") == 6

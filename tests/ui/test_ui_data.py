@@ -153,3 +153,26 @@ def test_a_missing_root_and_bad_options_are_refused(tmp_path):
     os.makedirs(tmp_path / "root")
     with pytest.raises(ValueError, match="stale_after_s"):
         create_app(str(tmp_path / "root"), stale_after_s=0)
+
+
+def test_the_log_panel_says_why_a_run_has_no_process_output(tmp_path):
+    from theseus.dispatch.bootstrap import publish_log
+    from theseus.dispatch.spec import LaunchSpec
+    from theseus.ui.run import NO_JOB, NOT_LAUNCHED
+
+    root = str(tmp_path / "root")
+    store = Store(root)
+    script = Node.start("p.g.script")
+    with store.writer() as w:  # no reserved record: `theseus logs` used to call it an unknown run
+        w.write(script, {"train/loss": 1.0})
+    job = _write(store, "p.g.job", 2)
+    spec = LaunchSpec("data/tokenize/pydoc", "launched", "", root, nonce="abcdef")
+    with store.writer() as w:
+        w.job(spec.first_node(), spec.job_key, "")
+    publish_log(spec, 0, b"hello from process 0\n")
+    client = TestClient(create_app(root))
+    assert client.get(f"/api/run/{script.nonce}/logs").json() == {"logs": [], "note": NO_JOB}
+    assert client.get(f"/api/run/{job.nonce}/logs").json() == {"logs": [], "note": NOT_LAUNCHED}
+    launched = client.get("/api/run/abcdef/logs").json()
+    assert launched["note"] is None and [log["text"] for log in launched["logs"]] == ["hello from process 0\n"]
+    assert client.get("/api/run/123456/logs").status_code == 404

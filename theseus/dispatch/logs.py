@@ -62,7 +62,7 @@ def find_logs(root: str, nonce: str, process: int | None = None) -> list[Process
     """The published outputs of every launch of run ``nonce``, by seq, process and attempt.
 
     An unknown nonce is an error naming the root; a run with no published output
-    gives an empty list.
+    (one without a job record too: a script's run, never launched) gives an empty list.
 
     >>> import tempfile
     >>> find_logs(tempfile.mkdtemp(), "abcdef")
@@ -72,9 +72,8 @@ def find_logs(root: str, nonce: str, process: int | None = None) -> list[Process
     """
     check_nonce(nonce)
     store = Store(root)
-    name = store.run_record(nonce).get("name")
-    if not name:
-        raise EmptyResult(f"no run with nonce {nonce!r} in {store.root}")
+    # the reserved record names the run; one without reserved records (a script's run) is named by its nodes
+    name = store.run_record(nonce).get("name") or store.find().nonce(nonce).first().name
     starts = [Node(name, nonce, 0)]
     try:
         starts += [node.next() for node in store.find().nonce(nonce).checkpoint().all()]

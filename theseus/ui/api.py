@@ -208,7 +208,8 @@ def routes(api: Api) -> list[Route]:
     def run_logs(request: Request, body: Any) -> Response:
         nonce = request.path_params["nonce"]
         check_nonce(nonce)
-        return JSON({"logs": run_data.process_logs(api.store, nonce)})
+        api.refresh()
+        return JSON(run_data.logs_panel(api.store, api.follower, nonce))
 
     def diff(request: Request, body: Any) -> Response:
         api.refresh()

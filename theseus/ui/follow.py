@@ -140,7 +140,7 @@ class Follower:
                 run = self.runs[nonce] = RunLog(name, nonce)
             fresh = [p for p in paths if p not in run.segments]
             if fresh:
-                new[nonce] = fresh
+                new.setdefault(nonce, []).extend(fresh)
         changed = []
         if new:
             frame = scan(self.store.fs, [p for paths in new.values() for p in paths]).select([*KEEP, "nonce"])
@@ -151,7 +151,10 @@ class Follower:
                 run.segments.update(paths)
                 self.segments_read += len(paths)
                 changed.append(run)
-        for (name, nonce), paths in listed.items():  # retired segments (a compaction) are forgotten
+        published: dict[str, set[str]] = {}  # by nonce: two names sharing a nonce keep both their segments
+        for (name, nonce), paths in listed.items():
+            published.setdefault(nonce, set()).update(paths)
+        for nonce, paths in published.items():  # retired segments (a compaction) are forgotten
             self.runs[nonce].segments.intersection_update(paths)
         return changed
 

@@ -115,6 +115,32 @@ def process_logs(store: Store, nonce: str, tail_bytes: int = LOG_TAIL_BYTES) -> 
     return found
 
 
+NO_JOB = ("no process output: this run has no job record, so it was written by a script (Store.writer), "
+          "not started as a theseus job, and no launch published any")
+NOT_LAUNCHED = ("no process output published: runs started with theseus launch or submit publish each process's "
+                "output; a job run in a Python session (quick(), theseus run) prints it there instead")
+
+
+def logs_panel(store: Store, follower: Follower, nonce: str) -> dict[str, Any]:
+    """The run page's process output: ``{"logs": process_logs(...), "note": ...}``, the note saying why
+    there is none when there is none (a run without a job record was never launched).
+
+    >>> import tempfile
+    >>> from theseus.store import Node
+    >>> store = Store(tempfile.mkdtemp())
+    >>> n = Node.start("doc.logs.script")
+    >>> with store.writer() as w:
+    ...     w.write(n, {"train/loss": 1.0})
+    >>> follower = Follower(store); _ = follower.poll()
+    >>> logs_panel(store, follower, n.nonce) == {"logs": [], "note": NO_JOB}
+    True
+    """
+    run = follower.run(nonce)
+    logs = process_logs(store, nonce)
+    note = None if logs else NOT_LAUNCHED if run.latest(schema.JOB) else NO_JOB
+    return {"logs": logs, "note": note}
+
+
 def config_diff(store: Store, follower: Follower, nonce: str, other: str) -> list[dict[str, Any]]:
     """The config keys of run ``nonce`` that differ from ``other``: a run's nonce (its latest config)
     or a node id with a checkpoint (the config saved with it).

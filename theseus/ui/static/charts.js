@@ -1,18 +1,28 @@
 // The charts page: a chart per key in a grid, the chosen runs overlaid, against seq, train/tokens or
 // wall time; EMA smoothing over the faint raw line, log scale, zoom (drag, wheel), pan (shift-drag),
-// hover values (the legend), checkpoint markers (dashed lines). The view lives in the URL.
+// hover values (the legend; raw values beside the smoothed ones), checkpoint markers (dashed lines). The view lives in the URL.
 "use strict";
 T.pages.charts = (() => {
   const COLORS = ["#2f6fde", "#e8590c", "#2b8a3e", "#c2255c", "#7048e8", "#0b7285", "#a87b00", "#495057"];
   let params, state = null;
 
   const color = i => COLORS[i % COLORS.length];
-  const compact = v => {  // axis ticks: 40M, not 40,000,000
-    if (v === null) return "";
-    const a = Math.abs(v);
-    for (const [d, u] of [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]]) if (a >= d) return +(v / d).toPrecision(3) + u;
-    return +v.toPrecision(4) + "";
-  };
+  const UNITS = [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"], [1, ""]];
+  const unitOf = a => UNITS.find(([d]) => a >= d) || UNITS[UNITS.length - 1];
+  function decimals(step) {  // the fewest decimals that write `step` exactly (ticks are its multiples)
+    for (let k = 0; k < 12; k++) if (Math.abs(+step.toFixed(k) - step) <= Math.abs(step) * 1e-9) return k;
+    return 12;
+  }
+  // axis ticks: 40M, not 40,000,000, with one unit per axis and as many decimals as the tick step needs,
+  // so ticks stay distinct when zoomed in (1.0001M, 1.0002M); a log axis (no even step) keeps 3 digits
+  function ticks(splits, step, log) {
+    const [d, unit] = unitOf(Math.max(0, ...splits.filter(v => v !== null).map(Math.abs)));
+    return splits.map(v => {
+      if (v === null) return "";
+      if (log || !(step > 0)) { const [e, u] = unitOf(Math.abs(v)); return +(v / e).toPrecision(3) + u; }
+      return +(v / d).toFixed(decimals(step / d)) + (v === 0 ? "" : unit);
+    });
+  }
   const faint = c => c + "40";
 
   function ema(ys, alpha) {  // debiased EMA, as TensorBoard draws it; nulls stay gaps
@@ -51,6 +61,13 @@ T.pages.charts = (() => {
     }}};
   }
 
+  function rawFollowsPlugin() {  // hiding a smoothed line (its legend row) hides its raw line too
+    return {hooks: {setSeries: (u, si, opts) => {
+      const raw = si === null ? undefined : u.series[si].raw;
+      if (raw !== undefined && opts && "show" in opts && u.series[raw].show !== opts.show) u.setSeries(raw, {show: opts.show});
+    }}};
+  }
+
   function checkpointPlugin(key) {
     return {hooks: {draw: u => {
       const ctx = u.ctx, {top, height} = u.bbox;
@@ -78,9 +95,11 @@ T.pages.charts = (() => {
       const s = state.data[nonce]?.[key] || {x: [], y: []};
       const ys = log ? s.y.map(v => v > 0 ? v : null) : s.y;
       const label = state.names[nonce] ? `${state.names[nonce].split(".").pop()}:${nonce}` : nonce;
-      if (smooth > 0) {
-        tables.push([s.x, ys]); series.push({label: `${label} raw`, stroke: faint(color(i)), width: 1, spanGaps: true});
-        tables.push([s.x, ema(ys, smooth)]); series.push({label, stroke: color(i), width: 1.5, spanGaps: true});
+      if (smooth > 0) {  // the faint raw line has no legend row: the smoothed one shows its value beside its own
+        tables.push([s.x, ys]); series.push({label: `${label} raw`, class: "raw", stroke: faint(color(i)), width: 1, spanGaps: true});
+        tables.push([s.x, ema(ys, smooth)]);
+        series.push({label, stroke: color(i), width: 1.5, spanGaps: true, raw: series.length - 1,
+                     value: (u, v, si, idx) => idx === null ? "" : `${T.fmt(v)} (raw ${T.fmt(u.data[si - 1][idx])})`});
       } else {
         tables.push([s.x, ys]); series.push({label, stroke: color(i), width: 1.5, spanGaps: true});
       }
@@ -116,9 +135,10 @@ T.pages.charts = (() => {
       const opts = {
         width: Math.max(300, box.clientWidth), height: 280, series,
         scales: {x: {time: false}, y: {distr: params.get("log") === "1" ? 3 : 1}},
-        axes: [{label: xLabel(), values: (u, vals) => vals.map(compact)}, {values: (u, vals) => vals.map(compact)}],
+        axes: [{label: xLabel(), values: (u, vals, i, space, step) => ticks(vals, step, false)},
+               {values: (u, vals, i, space, step) => ticks(vals, step, params.get("log") === "1")}],
         cursor: {drag: {x: true, y: false}},
-        legend: {live: true}, plugins: [wheelZoomPlugin(), checkpointPlugin(key)],
+        legend: {live: true}, plugins: [wheelZoomPlugin(), checkpointPlugin(key), rawFollowsPlugin()],
       };
       state.plots[key] = new uPlot(opts, data, box);
     }
@@ -207,5 +227,5 @@ T.pages.charts = (() => {
   }
 
   function leave() { if (state) Object.values(state.plots).forEach(u => u.destroy()); state = null; }
-  return {render, onChange, leave, ema, state: () => state};
+  return {render, onChange, leave, ema, ticks, state: () => state};
 })();

@@ -75,7 +75,7 @@ T.pages.run = (() => {
       const got = await T.get(`/api/run/${nonce}/logs`);
       el.className = "";
       el.innerHTML = got.logs.length ? got.logs.map(l => `<h3 style="font-size:12px">${T.esc(l.title)} <span class="muted">${T.bytes(l.bytes)}</span></h3><pre class="log">${T.esc(l.text)}</pre>`).join("")
-        : `<p class="muted">no process output published (runs started with <span class="mono">theseus launch</span> publish theirs)</p>`;
+        : `<p class="muted" id="log-note">${T.esc(got.note)}</p>`;
       el.querySelectorAll("pre.log").forEach(p => p.scrollTop = p.scrollHeight);
     } catch (e) { el.innerHTML = `<p class="error">${T.esc(e.message)}</p>`; }
   }
