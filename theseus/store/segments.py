@@ -25,6 +25,7 @@ import fnmatch
 import json
 import os
 import re
+import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ _STATISTICS = ["seq", "stamp"]
 _DELTA = {"seq": "DELTA_BINARY_PACKED", "stamp": "DELTA_BINARY_PACKED"}  # ascending runs: a few bits a row
 # columns every record fills: stored as required in large segments (no definition levels to encode)
 _REQUIRED = frozenset({"node", "seq", "stamp", "writer", "key"})
+_LARGE_SCHEMA = pa.schema([f.with_nullable(f.name not in _REQUIRED) for f in SEGMENT_SCHEMA])  # every one filled
+_TYPE_SET = frozenset(TYPES)
 
 
 def run_dir(root: str, name: str, nonce: str) -> str:
@@ -628,43 +631,50 @@ def parse_footer(meta: pq.FileMetaData, url: str) -> Footer:
 
 
 def _check_footer(meta: pq.FileMetaData, keys, index) -> tuple[dict[str, Block] | None, tuple[int, int] | None]:
-    """The blocks and stamp range of a footer, after checking them against the file's metadata."""
+    """The blocks and stamp range of a footer, after checking them against the file's metadata
+    (every footer of a root is checked on a cold read: the common cases take the short paths)."""
     schema = meta.schema.to_arrow_schema()
-    for f in SEGMENT_SCHEMA:
-        if schema.get_field_index(f.name) < 0 or schema.field(f.name).type != f.type:
-            raise ValueError(f"column {f.name!r} is missing or not {f.type}")
-    if not isinstance(keys, dict) or not all(isinstance(k, str) and t in TYPES for k, t in keys.items()):
+    if not (schema.equals(SEGMENT_SCHEMA) or schema.equals(_LARGE_SCHEMA)):  # the writer's two layouts
+        for f in SEGMENT_SCHEMA:
+            if schema.get_field_index(f.name) < 0 or schema.field(f.name).type != f.type:
+                raise ValueError(f"column {f.name!r} is missing or not {f.type}")
+    if not isinstance(keys, dict) or not all(type(k) is str and t in _TYPE_SET for k, t in keys.items()):
         raise ValueError(f"the keys are not {{key: one of {', '.join(TYPES)}}}")
     if index is None:  # no block index (optional in the format): readers index the rows
         return None, None
     rows = meta.num_rows
     blocks, covered = {}, []
     for key, b in index["blocks"].items():
-        if not (isinstance(b, list) and len(b) == 6 and all(type(x) is int for x in b[:5]) and isinstance(b[5], list)
-                and all(c in TYPES for c in b[5])):
+        if not (type(b) is list and len(b) == 6 and type(b[0]) is int and type(b[1]) is int and type(b[2]) is int
+                and type(b[3]) is int and type(b[4]) is int and type(b[5]) is list
+                and all(c in _TYPE_SET for c in b[5])):
             raise ValueError(f"key {key!r}: block {str(b)[:80]} "
                              "is not [start, stop, seq_min, seq_max, distinct, [columns]]")
-        block = Block(*b[:5], tuple(b[5]))
-        if not 0 <= block.start < block.stop <= rows:
-            raise ValueError(f"key {key!r}: rows {block.start}:{block.stop} outside the file's {rows} rows")
-        if (not 0 <= block.seq_min <= block.seq_max
-                or not 1 <= block.distinct <= min(block.stop - block.start, block.seq_max - block.seq_min + 1)):
-            raise ValueError(f"key {key!r}: seqs {block.seq_min}..{block.seq_max} with {block.distinct} distinct "
-                             f"in {block.stop - block.start} rows")
-        if key in keys and block.columns and _merged(block.columns) != keys[key]:
-            raise ValueError(f"key {key!r}: declared {keys[key]} but stored in {', '.join(block.columns)}")
-        blocks[key] = block
-        covered.append((block.start, block.stop))
+        start, stop, lo, hi, distinct, columns = b
+        if not 0 <= start < stop <= rows:
+            raise ValueError(f"key {key!r}: rows {start}:{stop} outside the file's {rows} rows")
+        if not 0 <= lo <= hi or not 1 <= distinct <= min(stop - start, hi - lo + 1):
+            raise ValueError(f"key {key!r}: seqs {lo}..{hi} with {distinct} distinct in {stop - start} rows")
+        columns = tuple(columns)
+        if columns and key in keys and (columns[0] if len(columns) == 1 else _merged(columns)) != keys[key]:
+            raise ValueError(f"key {key!r}: declared {keys[key]} but stored in {', '.join(columns)}")
+        blocks[key] = Block(start, stop, lo, hi, distinct, columns)
+        covered.append((start, stop))
     # every row is in exactly one block: the blocks tile 0..rows
     covered.sort()
-    if sum(stop - start for start, stop in covered) != rows or any(a[1] > b[0] for a, b in zip(covered, covered[1:])):
+    top = 0
+    for start, stop in covered:
+        if start < top:
+            raise ValueError(f"the blocks do not cover the file's {rows} rows once each")
+        top = stop
+    if sum(stop - start for start, stop in covered) != rows:
         raise ValueError(f"the blocks do not cover the file's {rows} rows once each")
-    if any(k not in blocks for k in keys):
+    if not keys.keys() <= blocks.keys():
         raise ValueError(f"keys {sorted(k for k in keys if k not in blocks)[:5]} have no block")
     stamps = index["stamps"]
     if rows == 0 and stamps is None:
         return blocks, None
-    if not (isinstance(stamps, list) and len(stamps) == 2 and all(type(x) is int for x in stamps)
+    if not (type(stamps) is list and len(stamps) == 2 and type(stamps[0]) is int and type(stamps[1]) is int
             and stamps[0] <= stamps[1]):
         raise ValueError(f"stamps {str(stamps)[:80]} are not [min, max]")
     return blocks, (stamps[0], stamps[1])
@@ -747,6 +757,28 @@ class FooterCache:
     def __init__(self, fs: fsspec.AbstractFileSystem):
         self.fs = fs
         self._footers: dict[str, Footer] = {}
+        self._keys: dict[str, dict[str, str]] = {}  # the keys footer alone, where only that was read
+
+    def keys_of(self, paths: list[str]) -> list[dict[str, str]]:
+        """The ``{key: type}`` footer of each of ``paths``: the parsed footer's where cached, else
+        (local roots) the file's key-value metadata alone, read by Polars: a fraction of the cost
+        of parsing and checking the whole footer, for a query that needs only the keys of many
+        segments. A file that cannot be read so is read whole (:func:`read_footer` names what is wrong).
+
+        >>> from theseus.store.store import _doc_store
+        >>> store, n = _doc_store()
+        >>> FooterCache(store.fs).keys_of(list_segments(store.fs, store.path()))
+        [{'loss': 'float'}]
+        """
+        if not rootfs.is_local(self.fs):
+            return [f.keys for f in self.footers(paths)]
+        found = []
+        for path in paths:
+            keys = self._footers[path].keys if path in self._footers else self._keys.get(path)
+            if keys is None:
+                keys = self._keys[path] = _read_keys(path) or self.footers([path])[0].keys
+            found.append(keys)
+        return found
 
     def footers(self, paths: list[str]) -> list[Footer]:
         """The footers of ``paths``, read in parallel where not cached."""
@@ -769,6 +801,23 @@ class FooterCache:
         """Drop entries for retired segments."""
         for p in paths:
             self._footers.pop(p, None)
+            self._keys.pop(p, None)
+
+
+def _read_keys(path: str) -> dict[str, str] | None:
+    """A local segment's ``{key: type}`` footer, from its key-value metadata alone (None when it
+    cannot be read so: the caller reads the whole footer, whose errors name the problem)."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would block the read
+            return None
+        keys = json.loads(pl.read_parquet_metadata(path)[KEYS_METADATA.decode()])
+    except FileNotFoundError:
+        raise
+    except Exception:
+        return None
+    if isinstance(keys, dict) and all(type(k) is str and t in _TYPE_SET for k, t in keys.items()):
+        return keys
+    return None
 
 
 def union_keys(key_sets) -> dict[str, str]:
