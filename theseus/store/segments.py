@@ -198,7 +198,7 @@ class Footer:
     keys: dict[str, str]
     blocks: dict[str, Block] | None
     stamps: tuple[int, int] | None
-    rows: int
+    rows: int | None  # None: read from the theseus entries alone (FooterCache.indexes), never used to read rows
     meta: pq.FileMetaData | None = field(default=None, compare=False, repr=False)
 
 
@@ -615,34 +615,48 @@ def parse_footer(meta: pq.FileMetaData, url: str) -> Footer:
     theseus.store.segments.CorruptSegment: segment s.parquet has a bad theseus footer: key 'a': rows 0:1000000000000 outside the file's 1 rows
     """  # noqa: E501 - a doctest's expected output, printed on one line
     kv = meta.metadata or {}
-    raw = kv.get(KEYS_METADATA)
-    if raw is None:
-        raise CorruptSegment(f"segment {url} has no '{KEYS_METADATA.decode()}' footer: not a theseus segment")
     try:
-        keys = json.loads(raw)
-        index = json.loads(kv[INDEX_METADATA]) if INDEX_METADATA in kv else None
+        schema = meta.schema.to_arrow_schema()
+        if not (schema.equals(SEGMENT_SCHEMA) or schema.equals(_LARGE_SCHEMA)):  # the writer's two layouts
+            for f in SEGMENT_SCHEMA:
+                if schema.get_field_index(f.name) < 0 or schema.field(f.name).type != f.type:
+                    raise ValueError(f"column {f.name!r} is missing or not {f.type}")
     except ValueError as e:
-        raise CorruptSegment(f"segment {url} has a malformed theseus footer (not JSON): {e}") from e
-    try:
-        blocks, stamps = _check_footer(meta, keys, index)
-    except (ValueError, KeyError, TypeError, IndexError) as e:
         raise CorruptSegment(f"segment {url} has a bad theseus footer: {e}") from e
+    keys, blocks, stamps = parse_index(kv.get(KEYS_METADATA), kv.get(INDEX_METADATA), url, meta.num_rows)
     return Footer(keys, blocks, stamps, meta.num_rows, meta)
 
 
-def _check_footer(meta: pq.FileMetaData, keys, index) -> tuple[dict[str, Block] | None, tuple[int, int] | None]:
-    """The blocks and stamp range of a footer, after checking them against the file's metadata
-    (every footer of a root is checked on a cold read: the common cases take the short paths)."""
-    schema = meta.schema.to_arrow_schema()
-    if not (schema.equals(SEGMENT_SCHEMA) or schema.equals(_LARGE_SCHEMA)):  # the writer's two layouts
-        for f in SEGMENT_SCHEMA:
-            if schema.get_field_index(f.name) < 0 or schema.field(f.name).type != f.type:
-                raise ValueError(f"column {f.name!r} is missing or not {f.type}")
+def parse_index(raw_keys: bytes | str | None, raw_index: bytes | str | None, url: str,
+                rows: int | None) -> tuple[dict[str, str], dict[str, Block] | None, tuple[int, int] | None]:
+    """``(keys, blocks, stamps)`` of a segment from its two theseus footer entries (JSON texts),
+    checked: types, block shapes, and, given the file's ``rows``, that the blocks tile them;
+    anything wrong is a CorruptSegment naming ``url``.
+
+    >>> parse_index('{"a": "float"}', '{"stamps": [5, 5], "blocks": {"a": [0, 1, 0, 0, 1, ["float"]]}}', "s", 1)[1:]
+    ({'a': Block(start=0, stop=1, seq_min=0, seq_max=0, distinct=1, columns=('float',))}, (5, 5))
+    """
+    if raw_keys is None:
+        raise CorruptSegment(f"segment {url} has no '{KEYS_METADATA.decode()}' footer: not a theseus segment")
+    try:
+        keys = json.loads(raw_keys)
+        index = json.loads(raw_index) if raw_index is not None else None
+    except ValueError as e:
+        raise CorruptSegment(f"segment {url} has a malformed theseus footer (not JSON): {e}") from e
+    try:
+        blocks, stamps = _check_index(keys, index, rows)
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise CorruptSegment(f"segment {url} has a bad theseus footer: {e}") from e
+    return keys, blocks, stamps
+
+
+def _check_index(keys, index, rows: int | None) -> tuple[dict[str, Block] | None, tuple[int, int] | None]:
+    """The blocks and stamp range of a footer, after checking them (against the file's ``rows``
+    where known). Every footer of a root is checked on a cold read: the checks stay lean."""
     if not isinstance(keys, dict) or not all(type(k) is str and t in _TYPE_SET for k, t in keys.items()):
         raise ValueError(f"the keys are not {{key: one of {', '.join(TYPES)}}}")
     if index is None:  # no block index (optional in the format): readers index the rows
         return None, None
-    rows = meta.num_rows
     blocks, covered = {}, []
     for key, b in index["blocks"].items():
         if not (type(b) is list and len(b) == 6 and type(b[0]) is int and type(b[1]) is int and type(b[2]) is int
@@ -651,7 +665,7 @@ def _check_footer(meta: pq.FileMetaData, keys, index) -> tuple[dict[str, Block] 
             raise ValueError(f"key {key!r}: block {str(b)[:80]} "
                              "is not [start, stop, seq_min, seq_max, distinct, [columns]]")
         start, stop, lo, hi, distinct, columns = b
-        if not 0 <= start < stop <= rows:
+        if not 0 <= start < stop or (rows is not None and stop > rows):
             raise ValueError(f"key {key!r}: rows {start}:{stop} outside the file's {rows} rows")
         if not 0 <= lo <= hi or not 1 <= distinct <= min(stop - start, hi - lo + 1):
             raise ValueError(f"key {key!r}: seqs {lo}..{hi} with {distinct} distinct in {stop - start} rows")
@@ -664,15 +678,15 @@ def _check_footer(meta: pq.FileMetaData, keys, index) -> tuple[dict[str, Block] 
     covered.sort()
     top = 0
     for start, stop in covered:
-        if start < top:
+        if start != top:
             raise ValueError(f"the blocks do not cover the file's {rows} rows once each")
         top = stop
-    if sum(stop - start for start, stop in covered) != rows:
+    if rows is not None and top != rows:
         raise ValueError(f"the blocks do not cover the file's {rows} rows once each")
     if not keys.keys() <= blocks.keys():
         raise ValueError(f"keys {sorted(k for k in keys if k not in blocks)[:5]} have no block")
     stamps = index["stamps"]
-    if rows == 0 and stamps is None:
+    if not covered and stamps is None:
         return blocks, None
     if not (type(stamps) is list and len(stamps) == 2 and type(stamps[0]) is int and type(stamps[1]) is int
             and stamps[0] <= stamps[1]):
@@ -757,7 +771,8 @@ class FooterCache:
     def __init__(self, fs: fsspec.AbstractFileSystem):
         self.fs = fs
         self._footers: dict[str, Footer] = {}
-        self._keys: dict[str, dict[str, str]] = {}  # the keys footer alone, where only that was read
+        self._keys: dict[str, dict[str, str]] = {}  # the keys entry alone, where only that was read
+        self._light: dict[str, Footer] = {}  # the theseus entries alone (indexes())
 
     def keys_of(self, paths: list[str]) -> list[dict[str, str]]:
         """The ``{key: type}`` footer of each of ``paths``: the parsed footer's where cached, else
@@ -776,8 +791,41 @@ class FooterCache:
         for path in paths:
             keys = self._footers[path].keys if path in self._footers else self._keys.get(path)
             if keys is None:
-                keys = self._keys[path] = _read_keys(path) or self.footers([path])[0].keys
+                entries = _read_entries(path)
+                try:
+                    keys = json.loads(entries[0]) if entries else None
+                except ValueError:
+                    keys = None
+                if not (isinstance(keys, dict) and all(type(k) is str and t in _TYPE_SET for k, t in keys.items())):
+                    keys = self.footers([path])[0].keys
+                self._keys[path] = keys
             found.append(keys)
+        return found
+
+    def indexes(self, paths: list[str]) -> list[Footer]:
+        """What the footers of ``paths`` say a segment holds (keys, blocks, stamps), for a summary of
+        many runs: the parsed footers where cached, else (local roots) the theseus entries alone,
+        read by Polars and checked (:func:`parse_index`) but not against the file's rows: such a
+        footer (``rows`` and ``meta`` None) is never used to read the segment.
+
+        >>> from theseus.store.store import _doc_store
+        >>> store, n = _doc_store()
+        >>> [f.blocks["loss"].seq_max for f in FooterCache(store.fs).indexes(list_segments(store.fs, store.path()))]
+        [0]
+        """
+        if not rootfs.is_local(self.fs):
+            return self.footers(paths)
+        found = []
+        for path in paths:
+            footer = self._footers.get(path) or self._light.get(path)
+            if footer is None:
+                entries = _read_entries(path)
+                if entries is None:
+                    footer = self.footers([path])[0]  # names what is wrong, or it reads
+                else:
+                    footer = Footer(*parse_index(*entries, rootfs.url(self.fs, path), None), None, None)
+                self._light[path] = footer
+            found.append(footer)
         return found
 
     def footers(self, paths: list[str]) -> list[Footer]:
@@ -802,22 +850,22 @@ class FooterCache:
         for p in paths:
             self._footers.pop(p, None)
             self._keys.pop(p, None)
+            self._light.pop(p, None)
 
 
-def _read_keys(path: str) -> dict[str, str] | None:
-    """A local segment's ``{key: type}`` footer, from its key-value metadata alone (None when it
-    cannot be read so: the caller reads the whole footer, whose errors name the problem)."""
+def _read_entries(path: str) -> tuple[str, str | None] | None:
+    """A local segment's theseus footer entries (keys, index: JSON texts), read alone by Polars
+    (None when they cannot be read so: the caller reads the whole footer, whose errors name the problem)."""
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would block the read
             return None
-        keys = json.loads(pl.read_parquet_metadata(path)[KEYS_METADATA.decode()])
+        kv = pl.read_parquet_metadata(path, credential_provider=None)  # a local file: no credentials to look for
     except FileNotFoundError:
         raise
     except Exception:
         return None
-    if isinstance(keys, dict) and all(type(k) is str and t in _TYPE_SET for k, t in keys.items()):
-        return keys
-    return None
+    keys = kv.get(KEYS_METADATA.decode())
+    return None if keys is None else (keys, kv.get(INDEX_METADATA.decode()))
 
 
 def union_keys(key_sets) -> dict[str, str]:
