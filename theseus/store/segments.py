@@ -582,8 +582,7 @@ def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> Footer:
             with _LOCAL_FILES.open_input_file(path) as f:
                 meta = pq.read_metadata(f)
         else:
-            with fs.open(path, "rb") as f:
-                meta = pq.read_metadata(f)
+            meta = read_tail_metadata(fs, path)
     except FileNotFoundError:
         raise
     except rootfs.NotPlainFile as e:
@@ -591,6 +590,27 @@ def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> Footer:
     except Exception as e:
         raise CorruptSegment(f"corrupt or truncated segment {rootfs.url(fs, path)}: {e}") from e
     return parse_footer(meta, rootfs.url(fs, path))
+
+
+def read_tail_metadata(fs: fsspec.AbstractFileSystem, path: str, guess: int = 1 << 16) -> pq.FileMetaData:
+    """A Parquet file's metadata from one ranged read of its last ``guess`` bytes (an object store's
+    one request, without asking the file's size first), and a second only when its footer is longer.
+
+    >>> import tempfile
+    >>> fs, root = rootfs.open_root(tempfile.mkdtemp())
+    >>> fs.pipe_file(f"{root}/t.parquet", encode(SEGMENT_SCHEMA.empty_table(), {}, {"stamps": None, "blocks": {}}))
+    >>> read_tail_metadata(fs, f"{root}/t.parquet", guess=64).num_rows
+    0
+    """
+    tail = fs.cat_file(path, start=-guess)
+    if len(tail) < 12 or tail[-4:] != b"PAR1":
+        raise ValueError(f"not a Parquet file ({len(tail)} bytes read from its end, no PAR1 at the end)")
+    length = int.from_bytes(tail[-8:-4], "little") + 8
+    if length > len(tail):
+        if len(tail) < guess:  # the whole file was read: its footer cannot be longer than it
+            raise ValueError(f"its footer claims {length} bytes, more than the file's {len(tail)}")
+        tail = fs.cat_file(path, start=-length)
+    return pq.read_metadata(pa.BufferReader(tail))
 
 
 def parse_footer(meta: pq.FileMetaData, url: str) -> Footer:
