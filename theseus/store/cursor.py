@@ -10,17 +10,20 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from theseus.store import schema
+from theseus.store import fs as rootfs
+from theseus.store import schema, topk
 from theseus.store.fold import WRITTEN, node_ids
 from theseus.store.index import Index
 from theseus.store.node import Node, check_nonce, decode_id, normalize_name
 from theseus.store.scope import Scope, read_scope
+from theseus.store.segments import vanished
 
 if TYPE_CHECKING:
     import pandas
 
 OPS = ("==", "!=", "<", "<=", ">", ">=", "in")
 IDENTITY = ("node", "name", "nonce", "seq", "parent")
+_COUNT, _LAST = "\x00count", "\x00last"  # a pruned top-k's proof, dropped before it is returned
 
 
 class UnknownKey(ValueError):
@@ -268,17 +271,61 @@ class Cursor:
         self.index.require_root()
 
         def read(scope: Scope) -> pl.DataFrame | dict[str, list]:
+            pruned = self._prune(scope)
+            if pruned is not None:  # fold only the runs that can hold the first nodes, if that proves enough
+                found = self._plan(scope, select_keys, all_user_keys, parent, select, identity, pruned).collect()
+                (key, ascending), = self.sorts
+                required = any(f[0] in ("has", "where") and f[1] == key for f in self.node_filters)
+                if found.height and topk.proves(pruned, found[_COUNT][0], found[_LAST][0], self.limit_n, ascending,
+                                                required):
+                    return found.drop(_COUNT, _LAST)
             plan = self._plan(scope, select_keys, all_user_keys, parent, select, identity)
             return plan.collect() if isinstance(plan, pl.LazyFrame) else plan
 
         return read_scope(self.index, self.name_glob, self.nonce_glob, read)
 
+    def _prune(self, scope: Scope) -> topk.Pruned | None:
+        """For a query sorted by one numeric key with a limit, over many runs read from the log
+        (local roots): the runs that can hold its first nodes (``theseus.store.topk``); None
+        when the query folds every run."""
+        if len(self.sorts) != 1 or not self.limit_n or self.only_latest or not rootfs.is_local(self.index.fs):
+            return None
+        logged = [paths for run, paths in scope.runs.items() if run not in scope.in_view]
+        if len(logged) < topk.MIN_RUNS:
+            return None
+        (key, ascending), = self.sorts
+        wheres = [f for f in self.node_filters if f[0] == "where" and f[1] == key]
+
+        def condition(value: pl.Expr) -> pl.Expr:
+            return pl.all_horizontal([_compare(value, op, v) for _, _, op, v in wheres])
+
+        scan = topk.start([p for paths in logged for p in paths], key, ascending, topk.rows_for(self.limit_n),
+                          condition if wheres else None)
+        kind = scope.types(light=True).get(key)  # the keys footers, read while the scan runs
+        try:
+            pruned = scan.result()
+        except Exception as e:
+            if vanished(e):  # retired by a compaction meanwhile: listed again
+                raise
+            return None  # a damaged segment: the fold names it
+        if kind not in ("int", "float"):
+            return None
+        for f in wheres:
+            _check_where_type(key, kind, f[2], f[3])
+        return pruned
+
     def _plan(self, scope: Scope, select_keys: list[str] | None, all_user_keys: bool, parent: bool,
-              select: bool = False, identity: bool = False) -> pl.LazyFrame | dict[str, list]:
+              select: bool = False, identity: bool = False,
+              pruned: topk.Pruned | None = None) -> pl.LazyFrame | dict[str, list]:
         """The query as a Polars plan over the scope's nodes; or, for a plain ``select(keys)``
         (no filter, sort, limit or latest) of runs all read from the log, the folded values
-        themselves (``{key: values}``): the plan would only project them."""
-        types = scope.types()
+        themselves (``{key: values}``): the plan would only project them.
+
+        ``pruned``: of the runs read from the log, fold only ``pruned.runs`` (a pruned top-k); the
+        plan then adds the count of its limited rows and the sort key's last value as columns
+        (``_COUNT``, ``_LAST``), the proof :func:`theseus.store.topk.proves` checks."""
+        only = pruned.runs if pruned is not None else None
+        types = scope.types(light=only is not None)
         used = [f[1] for f in self.node_filters if f[0] in ("has", "where")] + [k for k, _ in self.sorts]
         used += select_keys or []
         if scope.runs:
@@ -306,7 +353,7 @@ class Cursor:
                 return folded
         run_filter = self._run_filter() if self.run_filters else None
         nodes, ordered = scope.nodes(fold_keys, rows, parent=parent, written=self.only_latest, run_filter=run_filter,
-                                     run_keys=(schema.JOB, schema.FINISHED) if run_filter else ())
+                                     run_keys=(schema.JOB, schema.FINISHED) if run_filter else (), only=only)
         for f in self.node_filters:
             if f[0] == "seq":
                 nodes = nodes.filter(pl.col("seq") == f[1])
@@ -326,9 +373,13 @@ class Cursor:
                                nulls_last=True)
         if self.limit_n is not None:
             nodes = nodes.head(self.limit_n)
+        proof = []
+        if only is not None:
+            nodes = nodes.with_columns(pl.len().alias(_COUNT), pl.col(by[0]).last().alias(_LAST))
+            proof = [_COUNT, _LAST]
         if select:
             columns = select_keys if select_keys is not None else [k for k in fold_keys if not k.startswith("_")]
-            nodes = nodes.select([*(IDENTITY[1:] if identity else ()), *columns])
+            nodes = nodes.select([*(IDENTITY[1:] if identity else ()), *columns, *proof])
             if rows != columns and columns:
                 nodes = nodes.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in columns))
         return nodes

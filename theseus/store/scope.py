@@ -81,9 +81,10 @@ class Scope:
                     self.in_view[run] = number
                     self.newer[run] = newer
 
-    def types(self) -> dict[str, str]:
-        """Every key logged in the scope with its read type."""
-        return union_keys(self._key_types())
+    def types(self, light: bool = False) -> dict[str, str]:
+        """Every key logged in the scope with its read type (``light``: from the segments' keys
+        footers alone where their whole footers are not parsed yet, for a query that folds few of them)."""
+        return union_keys(self._key_types(light))
 
     def type_sets(self) -> dict[str, set[str]]:
         """Every key logged in the scope with each type a segment (or a run of the view) holds it with.
@@ -99,13 +100,13 @@ class Scope:
                 found.setdefault(key, set()).add(kind)
         return found
 
-    def _key_types(self) -> list[dict[str, str]]:
+    def _key_types(self, light: bool = False) -> list[dict[str, str]]:
         """The ``{key: type}`` of each run of the view in scope and of each segment read from the log."""
         sets = [self.view.keys(i) for i in self.in_view.values()]
-        for run, paths in self.runs.items():
-            if run not in self.in_view or run in self.newer:
-                sets += [f.keys for f in self.index.footers.footers(self.newer.get(run, paths))]
-        return sets
+        logged = [p for run, paths in self.runs.items() if run not in self.in_view or run in self.newer
+                  for p in self.newer.get(run, paths)]
+        footers = self.index.footers
+        return sets + (footers.keys_of(logged) if light else [f.keys for f in footers.footers(logged)])
 
     def nodes(
         self,
@@ -115,6 +116,7 @@ class Scope:
         written: bool = False,
         run_filter: Callable[[dict], bool] | None = None,
         run_keys: tuple[str, ...] = (),
+        only: set[tuple[str, str]] | None = None,
     ) -> tuple[pl.LazyFrame, bool]:
         """One row per node: name, nonce, seq, [parent], [_written], then ``keys``.
 
@@ -122,13 +124,16 @@ class Scope:
         keeps the runs for which it returns True, given ``{key: (value, stamp, writer)}``
         of the run's latest record of each of ``run_keys``. Returns the frame and whether
         its rows are in the default (name, nonce, seq) order (they are unless both the
-        view and the log contribute).
+        view and the log contribute). ``only``: of the runs read from the log alone, read
+        only these.
         """
         view = self.view
         # run -> view run number, for the runs the view stores with the asked types (not widened)
         same_types = {run: i for run, i in self.in_view.items() if not self._widened(i, keys)}
         parts, view_runs, folded = [], [], []  # view run numbers read as stored; (run, frame) folded here
         for run in self.runs:
+            if only is not None and run not in self.in_view and run not in only:
+                continue
             if run not in same_types:
                 frame, latest = self._fold(run, self.runs[run], keys, rows, parent, written, run_keys)
             elif run in self.newer:

@@ -25,6 +25,7 @@ import fnmatch
 import json
 import os
 import re
+import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ _STATISTICS = ["seq", "stamp"]
 _DELTA = {"seq": "DELTA_BINARY_PACKED", "stamp": "DELTA_BINARY_PACKED"}  # ascending runs: a few bits a row
 # columns every record fills: stored as required in large segments (no definition levels to encode)
 _REQUIRED = frozenset({"node", "seq", "stamp", "writer", "key"})
+_LARGE_SCHEMA = pa.schema([f.with_nullable(f.name not in _REQUIRED) for f in SEGMENT_SCHEMA])  # every one filled
+_TYPE_SET = frozenset(TYPES)
 
 
 def run_dir(root: str, name: str, nonce: str) -> str:
@@ -195,7 +198,7 @@ class Footer:
     keys: dict[str, str]
     blocks: dict[str, Block] | None
     stamps: tuple[int, int] | None
-    rows: int
+    rows: int | None  # None: read from the theseus entries alone (FooterCache.indexes), never used to read rows
     meta: pq.FileMetaData | None = field(default=None, compare=False, repr=False)
 
 
@@ -579,8 +582,7 @@ def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> Footer:
             with _LOCAL_FILES.open_input_file(path) as f:
                 meta = pq.read_metadata(f)
         else:
-            with fs.open(path, "rb") as f:
-                meta = pq.read_metadata(f)
+            meta = read_tail_metadata(fs, path)
     except FileNotFoundError:
         raise
     except rootfs.NotPlainFile as e:
@@ -588,6 +590,27 @@ def read_footer(fs: fsspec.AbstractFileSystem, path: str) -> Footer:
     except Exception as e:
         raise CorruptSegment(f"corrupt or truncated segment {rootfs.url(fs, path)}: {e}") from e
     return parse_footer(meta, rootfs.url(fs, path))
+
+
+def read_tail_metadata(fs: fsspec.AbstractFileSystem, path: str, guess: int = 1 << 16) -> pq.FileMetaData:
+    """A Parquet file's metadata from one ranged read of its last ``guess`` bytes (an object store's
+    one request, without asking the file's size first), and a second only when its footer is longer.
+
+    >>> import tempfile
+    >>> fs, root = rootfs.open_root(tempfile.mkdtemp())
+    >>> fs.pipe_file(f"{root}/t.parquet", encode(SEGMENT_SCHEMA.empty_table(), {}, {"stamps": None, "blocks": {}}))
+    >>> read_tail_metadata(fs, f"{root}/t.parquet", guess=64).num_rows
+    0
+    """
+    tail = fs.cat_file(path, start=-guess)
+    if len(tail) < 12 or tail[-4:] != b"PAR1":
+        raise ValueError(f"not a Parquet file ({len(tail)} bytes read from its end, no PAR1 at the end)")
+    length = int.from_bytes(tail[-8:-4], "little") + 8
+    if length > len(tail):
+        if len(tail) < guess:  # the whole file was read: its footer cannot be longer than it
+            raise ValueError(f"its footer claims {length} bytes, more than the file's {len(tail)}")
+        tail = fs.cat_file(path, start=-length)
+    return pq.read_metadata(pa.BufferReader(tail))
 
 
 def parse_footer(meta: pq.FileMetaData, url: str) -> Footer:
@@ -612,59 +635,80 @@ def parse_footer(meta: pq.FileMetaData, url: str) -> Footer:
     theseus.store.segments.CorruptSegment: segment s.parquet has a bad theseus footer: key 'a': rows 0:1000000000000 outside the file's 1 rows
     """  # noqa: E501 - a doctest's expected output, printed on one line
     kv = meta.metadata or {}
-    raw = kv.get(KEYS_METADATA)
-    if raw is None:
-        raise CorruptSegment(f"segment {url} has no '{KEYS_METADATA.decode()}' footer: not a theseus segment")
     try:
-        keys = json.loads(raw)
-        index = json.loads(kv[INDEX_METADATA]) if INDEX_METADATA in kv else None
+        schema = meta.schema.to_arrow_schema()
+        if not (schema.equals(SEGMENT_SCHEMA) or schema.equals(_LARGE_SCHEMA)):  # the writer's two layouts
+            for f in SEGMENT_SCHEMA:
+                if schema.get_field_index(f.name) < 0 or schema.field(f.name).type != f.type:
+                    raise ValueError(f"column {f.name!r} is missing or not {f.type}")
     except ValueError as e:
-        raise CorruptSegment(f"segment {url} has a malformed theseus footer (not JSON): {e}") from e
-    try:
-        blocks, stamps = _check_footer(meta, keys, index)
-    except (ValueError, KeyError, TypeError, IndexError) as e:
         raise CorruptSegment(f"segment {url} has a bad theseus footer: {e}") from e
+    keys, blocks, stamps = parse_index(kv.get(KEYS_METADATA), kv.get(INDEX_METADATA), url, meta.num_rows)
     return Footer(keys, blocks, stamps, meta.num_rows, meta)
 
 
-def _check_footer(meta: pq.FileMetaData, keys, index) -> tuple[dict[str, Block] | None, tuple[int, int] | None]:
-    """The blocks and stamp range of a footer, after checking them against the file's metadata."""
-    schema = meta.schema.to_arrow_schema()
-    for f in SEGMENT_SCHEMA:
-        if schema.get_field_index(f.name) < 0 or schema.field(f.name).type != f.type:
-            raise ValueError(f"column {f.name!r} is missing or not {f.type}")
-    if not isinstance(keys, dict) or not all(isinstance(k, str) and t in TYPES for k, t in keys.items()):
+def parse_index(raw_keys: bytes | str | None, raw_index: bytes | str | None, url: str,
+                rows: int | None) -> tuple[dict[str, str], dict[str, Block] | None, tuple[int, int] | None]:
+    """``(keys, blocks, stamps)`` of a segment from its two theseus footer entries (JSON texts),
+    checked: types, block shapes, and, given the file's ``rows``, that the blocks tile them;
+    anything wrong is a CorruptSegment naming ``url``.
+
+    >>> parse_index('{"a": "float"}', '{"stamps": [5, 5], "blocks": {"a": [0, 1, 0, 0, 1, ["float"]]}}', "s", 1)[1:]
+    ({'a': Block(start=0, stop=1, seq_min=0, seq_max=0, distinct=1, columns=('float',))}, (5, 5))
+    """
+    if raw_keys is None:
+        raise CorruptSegment(f"segment {url} has no '{KEYS_METADATA.decode()}' footer: not a theseus segment")
+    try:
+        keys = json.loads(raw_keys)
+        index = json.loads(raw_index) if raw_index is not None else None
+    except ValueError as e:
+        raise CorruptSegment(f"segment {url} has a malformed theseus footer (not JSON): {e}") from e
+    try:
+        blocks, stamps = _check_index(keys, index, rows)
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise CorruptSegment(f"segment {url} has a bad theseus footer: {e}") from e
+    return keys, blocks, stamps
+
+
+def _check_index(keys, index, rows: int | None) -> tuple[dict[str, Block] | None, tuple[int, int] | None]:
+    """The blocks and stamp range of a footer, after checking them (against the file's ``rows``
+    where known). Every footer of a root is checked on a cold read: the checks stay lean."""
+    if not isinstance(keys, dict) or not all(type(k) is str and t in _TYPE_SET for k, t in keys.items()):
         raise ValueError(f"the keys are not {{key: one of {', '.join(TYPES)}}}")
     if index is None:  # no block index (optional in the format): readers index the rows
         return None, None
-    rows = meta.num_rows
     blocks, covered = {}, []
     for key, b in index["blocks"].items():
-        if not (isinstance(b, list) and len(b) == 6 and all(type(x) is int for x in b[:5]) and isinstance(b[5], list)
-                and all(c in TYPES for c in b[5])):
+        if not (type(b) is list and len(b) == 6 and type(b[0]) is int and type(b[1]) is int and type(b[2]) is int
+                and type(b[3]) is int and type(b[4]) is int and type(b[5]) is list
+                and all(c in _TYPE_SET for c in b[5])):
             raise ValueError(f"key {key!r}: block {str(b)[:80]} "
                              "is not [start, stop, seq_min, seq_max, distinct, [columns]]")
-        block = Block(*b[:5], tuple(b[5]))
-        if not 0 <= block.start < block.stop <= rows:
-            raise ValueError(f"key {key!r}: rows {block.start}:{block.stop} outside the file's {rows} rows")
-        if (not 0 <= block.seq_min <= block.seq_max
-                or not 1 <= block.distinct <= min(block.stop - block.start, block.seq_max - block.seq_min + 1)):
-            raise ValueError(f"key {key!r}: seqs {block.seq_min}..{block.seq_max} with {block.distinct} distinct "
-                             f"in {block.stop - block.start} rows")
-        if key in keys and block.columns and _merged(block.columns) != keys[key]:
-            raise ValueError(f"key {key!r}: declared {keys[key]} but stored in {', '.join(block.columns)}")
-        blocks[key] = block
-        covered.append((block.start, block.stop))
+        start, stop, lo, hi, distinct, columns = b
+        if not 0 <= start < stop or (rows is not None and stop > rows):
+            raise ValueError(f"key {key!r}: rows {start}:{stop} outside the file's {rows} rows")
+        if not 0 <= lo <= hi or not 1 <= distinct <= min(stop - start, hi - lo + 1):
+            raise ValueError(f"key {key!r}: seqs {lo}..{hi} with {distinct} distinct in {stop - start} rows")
+        columns = tuple(columns)
+        if columns and key in keys and (columns[0] if len(columns) == 1 else _merged(columns)) != keys[key]:
+            raise ValueError(f"key {key!r}: declared {keys[key]} but stored in {', '.join(columns)}")
+        blocks[key] = Block(start, stop, lo, hi, distinct, columns)
+        covered.append((start, stop))
     # every row is in exactly one block: the blocks tile 0..rows
     covered.sort()
-    if sum(stop - start for start, stop in covered) != rows or any(a[1] > b[0] for a, b in zip(covered, covered[1:])):
+    top = 0
+    for start, stop in covered:
+        if start != top:
+            raise ValueError(f"the blocks do not cover the file's {rows} rows once each")
+        top = stop
+    if rows is not None and top != rows:
         raise ValueError(f"the blocks do not cover the file's {rows} rows once each")
-    if any(k not in blocks for k in keys):
+    if not keys.keys() <= blocks.keys():
         raise ValueError(f"keys {sorted(k for k in keys if k not in blocks)[:5]} have no block")
     stamps = index["stamps"]
-    if rows == 0 and stamps is None:
+    if not covered and stamps is None:
         return blocks, None
-    if not (isinstance(stamps, list) and len(stamps) == 2 and all(type(x) is int for x in stamps)
+    if not (type(stamps) is list and len(stamps) == 2 and type(stamps[0]) is int and type(stamps[1]) is int
             and stamps[0] <= stamps[1]):
         raise ValueError(f"stamps {str(stamps)[:80]} are not [min, max]")
     return blocks, (stamps[0], stamps[1])
@@ -747,6 +791,62 @@ class FooterCache:
     def __init__(self, fs: fsspec.AbstractFileSystem):
         self.fs = fs
         self._footers: dict[str, Footer] = {}
+        self._keys: dict[str, dict[str, str]] = {}  # the keys entry alone, where only that was read
+        self._light: dict[str, Footer] = {}  # the theseus entries alone (indexes())
+
+    def keys_of(self, paths: list[str]) -> list[dict[str, str]]:
+        """The ``{key: type}`` footer of each of ``paths``: the parsed footer's where cached, else
+        (local roots) the file's key-value metadata alone, read by Polars: a fraction of the cost
+        of parsing and checking the whole footer, for a query that needs only the keys of many
+        segments. A file that cannot be read so is read whole (:func:`read_footer` names what is wrong).
+
+        >>> from theseus.store.store import _doc_store
+        >>> store, n = _doc_store()
+        >>> FooterCache(store.fs).keys_of(list_segments(store.fs, store.path()))
+        [{'loss': 'float'}]
+        """
+        if not rootfs.is_local(self.fs):
+            return [f.keys for f in self.footers(paths)]
+        found = []
+        for path in paths:
+            keys = self._footers[path].keys if path in self._footers else self._keys.get(path)
+            if keys is None:
+                entries = _read_entries(path)
+                try:
+                    keys = json.loads(entries[0]) if entries else None
+                except ValueError:
+                    keys = None
+                if not (isinstance(keys, dict) and all(type(k) is str and t in _TYPE_SET for k, t in keys.items())):
+                    keys = self.footers([path])[0].keys
+                self._keys[path] = keys
+            found.append(keys)
+        return found
+
+    def indexes(self, paths: list[str]) -> list[Footer]:
+        """What the footers of ``paths`` say a segment holds (keys, blocks, stamps), for a summary of
+        many runs: the parsed footers where cached, else (local roots) the theseus entries alone,
+        read by Polars and checked (:func:`parse_index`) but not against the file's rows: such a
+        footer (``rows`` and ``meta`` None) is never used to read the segment.
+
+        >>> from theseus.store.store import _doc_store
+        >>> store, n = _doc_store()
+        >>> [f.blocks["loss"].seq_max for f in FooterCache(store.fs).indexes(list_segments(store.fs, store.path()))]
+        [0]
+        """
+        if not rootfs.is_local(self.fs):
+            return self.footers(paths)
+        found = []
+        for path in paths:
+            footer = self._footers.get(path) or self._light.get(path)
+            if footer is None:
+                entries = _read_entries(path)
+                if entries is None:
+                    footer = self.footers([path])[0]  # names what is wrong, or it reads
+                else:
+                    footer = Footer(*parse_index(*entries, rootfs.url(self.fs, path), None), None, None)
+                self._light[path] = footer
+            found.append(footer)
+        return found
 
     def footers(self, paths: list[str]) -> list[Footer]:
         """The footers of ``paths``, read in parallel where not cached."""
@@ -769,6 +869,23 @@ class FooterCache:
         """Drop entries for retired segments."""
         for p in paths:
             self._footers.pop(p, None)
+            self._keys.pop(p, None)
+            self._light.pop(p, None)
+
+
+def _read_entries(path: str) -> tuple[str, str | None] | None:
+    """A local segment's theseus footer entries (keys, index: JSON texts), read alone by Polars
+    (None when they cannot be read so: the caller reads the whole footer, whose errors name the problem)."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would block the read
+            return None
+        kv = pl.read_parquet_metadata(path, credential_provider=None)  # a local file: no credentials to look for
+    except FileNotFoundError:
+        raise
+    except Exception:
+        return None
+    keys = kv.get(KEYS_METADATA.decode())
+    return None if keys is None else (keys, kv.get(INDEX_METADATA.decode()))
 
 
 def union_keys(key_sets) -> dict[str, str]:

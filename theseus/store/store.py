@@ -18,7 +18,7 @@ from theseus.store.node import Node, check_nonce, decode_id
 from theseus.store.reader import latest_value, scan
 from theseus.store.scope import read_scope
 from theseus.store.segments import retry_vanished
-from theseus.store.summary import summarize, summary_frame
+from theseus.store.summary import summarize, summarize_runs, summary_frame
 from theseus.store.view_fold import refresh_view
 from theseus.store.writer import Writer
 
@@ -127,7 +127,10 @@ class Store:
             if summary is None:
                 missing[run] = paths
             found[run] = summary
-        if missing:  # footers in one parallel pass, then the runs' few blocks in parallel too
+        if missing and rootfs.is_local(self.fs):  # footer entries, then one scan of the blocks that can hold the latest
+            for run, summary in summarize_runs(index, missing).items():
+                found[run] = index.summaries[tuple(missing[run])] = summary
+        elif missing:  # footers in one parallel pass, then the runs' few blocks in parallel too
             index.footers.footers([p for paths in missing.values() for p in paths])
             with ThreadPoolExecutor(min(8, len(missing))) as pool:
                 for run, summary in zip(missing, pool.map(lambda paths: summarize(index, paths), missing.values())):

@@ -11,15 +11,18 @@ immutable, so a summary is cached by the run's segment list.
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import polars as pl
 
 from theseus.store import schema
 from theseus.store.fold import DTYPES, WRITTEN, fold_run
+from theseus.store.schema import TYPES
 from theseus.store.segments import Footer, union_keys
 
 METRICS = ("train/loss", "val/loss", "train/tokens")
+SCAN_CHUNK = 500  # segments per scan of summarize_runs: the first scans run while later footers are read
 SUMMARY_KEYS = (schema.STATUS, schema.FINISHED, schema.JOB, *METRICS)
 
 
@@ -48,28 +51,93 @@ def summarize(index: Any, paths: list[str]) -> Summary:
     (2, 1, 0.5, True)
     """
     footers = index.footers.footers(paths)
+    found = _from_footers(footers)
+    if found is None:
+        return _folded(index, paths, footers)
+    nodes, last, written, keys, needed = found
+    latest = {}
+    if needed:
+        wanted = tuple(k for k in SUMMARY_KEYS if k in keys)
+        segments = [(paths[i], _only(footers[i], wanted)) for i in sorted(needed)]
+        latest = fold_run(index.fs, segments, {}, latest=wanted).latest
+    return Summary(nodes, last, written, latest, keys)
+
+
+def summarize_runs(index: Any, runs: dict[tuple[str, str], list[str]]) -> dict[tuple[str, str], Summary]:
+    """The summaries of many runs of a local root (``{run: segment paths}``): what the segments'
+    theseus footer entries say (read alone, ``FooterCache.indexes``), and the latest summary
+    records from one Polars scan of the segments that can hold them (rows read raw: their latest
+    by stamp and writer, whatever the footers say). A run whose footers lack a dense block index
+    is folded (:func:`summarize`).
+
+    >>> from theseus.store.store import _doc_store
+    >>> store, n = _doc_store()
+    >>> [s] = summarize_runs(store._index, store._index.runs()).values()
+    >>> s == summarize(store._index, store._index.segments())
+    True
+    """
+    found, partial, scans = {}, {}, []
+    with ThreadPoolExecutor(1) as pool:  # a chunk's scan (no GIL) runs while the next chunk's footers are read
+        chunk: list[str] = []
+        for number, (run, paths) in enumerate(runs.items()):
+            summary = _from_footers(index.footers.indexes(paths))
+            if summary is None:
+                found[run] = summarize(index, paths)
+            else:
+                partial[run] = summary
+                chunk += [paths[i] for i in sorted(summary[4])]
+            if chunk and (len(chunk) >= SCAN_CHUNK or number == len(runs) - 1):
+                scans.append(pool.submit(_latest_records, chunk))
+                chunk = []
+        latest = {run: records for scan in scans for run, records in scan.result().items()}
+    for run, (nodes, last, written, keys, _) in partial.items():
+        found[run] = Summary(nodes, last, written, latest.get(run, {}), keys)
+    return {run: found[run] for run in runs}
+
+
+def _latest_records(paths: list[str]) -> dict[tuple[str, str], dict[str, tuple]]:
+    """``{run: {key: (value, stamp, writer)}}``: the latest record of each summary key in local
+    segments ``paths``, read raw by Polars (the value as stored: int, float, bool or str)."""
+    frame = (pl.scan_parquet(paths, hive_partitioning=True, hive_schema={"name": pl.String, "nonce": pl.String})
+             .filter(pl.col("key").is_in(SUMMARY_KEYS))
+             .group_by("name", "nonce", "key")
+             .agg(pl.col("stamp", "writer", *TYPES).sort_by("stamp", "writer").last())
+             .select("name", "nonce", "key", pl.struct(*TYPES).alias("value"), "stamp", "writer").collect())
+    latest: dict[tuple[str, str], dict[str, tuple]] = {}
+    for name, nonce, key, value, stamp, writer in frame.iter_rows():
+        stored = next((value[t] for t in TYPES if value[t] is not None), None)
+        latest.setdefault((name, nonce), {})[key] = (stored, stamp, writer)
+    return latest
+
+
+def _from_footers(footers: list[Footer]) -> tuple[int, int, int, dict[str, str], set[int]] | None:
+    """``(nodes, last seq, last write stamp, keys, the segments that can hold a summary key's latest
+    record)`` from a run's footers; None when a footer has no block index or a block is not dense
+    (then the run is folded)."""
     keys = union_keys(f.keys for f in footers)
-    wanted = tuple(k for k in SUMMARY_KEYS if k in keys)
-    indexed = all(f.blocks is not None and f.stamps is not None for f in footers)
-    if not indexed or not all(b.dense for f in footers for b in f.blocks.values()):
-        folded = fold_run(index.fs, list(zip(paths, footers)), {}, written=True, latest=wanted)
-        seqs = folded.frame["seq"]
-        return Summary(len(seqs), int(seqs.max()) if len(seqs) else -1,
-                       int(folded.frame[WRITTEN].max() or 0) if len(seqs) else 0, folded.latest, keys)
+    if not all(f.blocks is not None and f.stamps is not None for f in footers) or not all(
+            b.dense for f in footers for b in f.blocks.values()):
+        return None
     nodes, last = _seq_union([(b.seq_min, b.seq_max) for f in footers for b in f.blocks.values()])
     # a segment can hold a key's latest record only if its newest stamp reaches the oldest stamp
     # of the segment holding the key that started last (which holds a record at least that new)
     needed: set[int] = set()
-    for key in wanted:
+    for key in SUMMARY_KEYS:
         holders = [i for i, f in enumerate(footers) if key in f.blocks]
-        floor = max(footers[i].stamps[0] for i in holders)
-        needed.update(i for i in holders if footers[i].stamps[1] >= floor)
-    latest = {}
-    if needed:
-        chosen = sorted(needed)
-        segments = [(paths[i], _only(footers[i], wanted)) for i in chosen]
-        latest = fold_run(index.fs, segments, {}, latest=wanted).latest
-    return Summary(nodes, last, max(f.stamps[1] for f in footers), latest, keys)
+        if holders:
+            floor = max(footers[i].stamps[0] for i in holders)
+            needed.update(i for i in holders if footers[i].stamps[1] >= floor)
+    return nodes, last, max(f.stamps[1] for f in footers), keys, needed
+
+
+def _folded(index: Any, paths: list[str], footers: list[Footer]) -> Summary:
+    """A run's summary from its fold (footers without a dense block index)."""
+    keys = union_keys(f.keys for f in footers)
+    wanted = tuple(k for k in SUMMARY_KEYS if k in keys)
+    folded = fold_run(index.fs, list(zip(paths, footers)), {}, written=True, latest=wanted)
+    seqs = folded.frame["seq"]
+    return Summary(len(seqs), int(seqs.max()) if len(seqs) else -1,
+                   int(folded.frame[WRITTEN].max() or 0) if len(seqs) else 0, folded.latest, keys)
 
 
 def _only(footer: Footer, keys: tuple[str, ...]) -> Footer:

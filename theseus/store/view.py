@@ -40,7 +40,7 @@ from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.fold import ARROW, DTYPES, WRITTEN, node_ids, with_identity
 from theseus.store.layout import VIEW
-from theseus.store.segments import CorruptSegment
+from theseus.store.segments import CorruptSegment, read_tail_metadata
 from theseus.store.summary import SUMMARY_KEYS, Summary
 
 
@@ -56,6 +56,7 @@ REJECTED = ".rejected"  # suffix of the marker beside a view audit found wrong: 
 VIEW_DIGEST = b"theseus.view.sha256"  # of the VIEW_METADATA text: page CRCs do not cover the footer
 RUN = "_run"
 ROW_GROUP = 16384
+VIEW_TAIL = 1 << 20  # bytes of a remote view read at once from its end: the footer of some thousands of runs
 FEW_RUNS = 8  # up to this many runs are read by row group with the cached footer
 RUN_KEYS = (schema.JOB, schema.FINISHED)  # what run filters (job(), finished()) read
 LATEST_KEYS = tuple(dict.fromkeys([*RUN_KEYS, *SUMMARY_KEYS]))  # each run's latest records the view keeps
@@ -175,10 +176,9 @@ def read_view(root: RootFolder, path: str) -> View:
             # kept open: queries read row groups through it
             file = pq.ParquetFile(path, page_checksum_verification=True)
             meta = file.metadata
-        else:
+        else:  # its footer in one request: the record of its runs grows with them
             file = None
-            with root.fs.open(path, "rb") as f:
-                meta = pq.read_metadata(f)
+            meta = read_tail_metadata(root.fs, path, VIEW_TAIL)
         raw = json.loads(meta.metadata[VIEW_METADATA])
         runs = raw["runs"]
         names = list(zip(runs["name"], runs["nonce"]))
