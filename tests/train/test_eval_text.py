@@ -10,13 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.train._helpers import char_tokenizer
 from theseus.data.tokenizer import get_tokenizer
 from theseus.model.config import GPTConfig
 from theseus.model.gpt import GPT, cross_entropy
 from theseus.train.evals.text import BitsPerByte, split_documents, text_score
 from theseus.train.example import tiny_example
 from theseus.train.trainer import Trainer
-from tests.train._helpers import char_tokenizer
 
 
 def test_perplexity_and_bits_per_byte_by_hand_on_a_character_toy(tmp_path):
