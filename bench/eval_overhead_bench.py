@@ -6,7 +6,7 @@ float32 activations, on the pydoc dataset) for 300 steps, validation every 100 s
 - without: ``training.evaluate=false`` (the validation loss still runs at steps 100, 200, 300);
 - with: ``training.evaluate=true`` and ``eval.length=64``: `gpt/train/pretrain`'s evaluations
   (the validation loss and the bits per byte of the pydoc val split, 64 windows of 64 tokens)
-  and the ``pydoc`` evaluation (64 windows of the raw pydoc topics) at steps 100, 200 and 300.
+  at steps 100, 200 and 300.
 
 Each run is timed whole (``job()``, checkpoints included); the evaluations' own time is
 measured around each part's ``run`` in the second run. It prints both runs, the split and
@@ -27,8 +27,6 @@ from theseus.jobs import job
 from theseus.quick import quick
 from theseus.quickstart import configure
 from theseus.train import Pretrain
-from theseus.train.evals.text import BitsPerByte, PydocText
-from theseus.train.evaluations import ValidationLoss
 
 TARGET = 0.10
 SPENT: dict[str, float] = {}
@@ -48,7 +46,9 @@ def timed_part(part: type) -> type:
 
 @job("bench/train/evaluated", "The quickstart's run with its evaluations timed (bench/eval_overhead_bench.py).")
 class Evaluated(Pretrain):
-    EVALUATION = (timed_part(ValidationLoss), timed_part(BitsPerByte), timed_part(PydocText))
+    """`gpt/train/pretrain` with each of its evaluations timed."""
+
+    EVALUATION = tuple(timed_part(part) for part in Pretrain.EVALUATION)  # val-loss, bits-per-byte
 
 
 def run(root: str, key: str, steps: int, evaluate: bool) -> float:

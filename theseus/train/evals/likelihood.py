@@ -122,8 +122,8 @@ def _rows(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], block: int, voca
 def _score(module: Any, params: Any, x: jax.Array, y: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Per row: the summed log-probability of the targets ``y`` where ``mask``, and whether all were the argmax."""
     logits = module.apply({"params": params}, x).astype(jnp.float32)
-    logprobs = jax.nn.log_softmax(logits, axis=-1)
-    target = jnp.take_along_axis(logprobs, y[..., None], axis=-1)[..., 0]
+    # the target's logit less the log-sum-exp: no second [B, T, V] array of log-probabilities
+    target = jnp.take_along_axis(logits, y[..., None], axis=-1)[..., 0] - jax.nn.logsumexp(logits, axis=-1)
     hits = jnp.argmax(logits, axis=-1) == y
     return jnp.sum(jnp.where(mask, target, 0.0), axis=-1), jnp.all(hits | ~mask, axis=-1)
 
