@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 
 import numpy as np
 
@@ -86,3 +87,14 @@ def tree_hash(tree) -> str:
     return h.hexdigest()
 
 
+def char_tokenizer(folder) -> str:
+    """A Hugging Face tokenizer of single characters (digits, '+', '=', newline) in ``folder``."""
+    import tokenizers
+
+    vocab = {"<|endoftext|>": 0, "[UNK]": 1, "+": 2, "=": 3, "\n": 4, **{str(d): 5 + d for d in range(10)}}
+    hf = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    hf.pre_tokenizer = tokenizers.pre_tokenizers.Split(tokenizers.Regex("."), behavior="isolated")
+    hf.decoder = tokenizers.decoders.Fuse()
+    hf.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
+    return str(folder)

@@ -4,12 +4,12 @@
 
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 
 import pytest
 
+from tests.train._helpers import char_tokenizer
 from theseus.data import sources
 from theseus.train.config import load_config
 from theseus.train.evals.exact_match import (
@@ -94,19 +94,6 @@ def test_a_training_run_reports_exact_match_on_its_validation_steps(tmp_path):
     examples = ExactMatch.examples(trainer.config)
     result = exact_match(trainer.model, trainer.params, trainer.tokenizer, examples, max_new_tokens=2)
     assert len(result.predictions) == 6 and result.score == trainer.evaluate()["eval/addition/exact_match"]
-
-
-def char_tokenizer(folder) -> str:
-    """A Hugging Face tokenizer of single characters (digits, '+', '=', newline) in ``folder``."""
-    import tokenizers
-
-    vocab = {"<|endoftext|>": 0, "[UNK]": 1, "+": 2, "=": 3, "\n": 4, **{str(d): 5 + d for d in range(10)}}
-    hf = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
-    hf.pre_tokenizer = tokenizers.pre_tokenizers.Split(tokenizers.Regex("."), behavior="isolated")
-    hf.decoder = tokenizers.decoders.Fuse()
-    hf.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
-    return str(folder)
 
 
 @pytest.mark.slow

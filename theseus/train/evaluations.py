@@ -22,12 +22,14 @@ of each dataset of its data mixture, ``val/<dataset>/loss``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
+
+from omegaconf import OmegaConf
 
 from theseus.train.parts import Part, part
 
-__all__ = ["Analysis", "EvalContext", "Evaluation", "ValidationLoss"]
+__all__ = ["Analysis", "EvalContext", "Evaluation", "ValidationLoss", "example_limit", "first_examples"]
 
 
 def _no_artifacts(name: str, data: bytes) -> str:
@@ -53,7 +55,8 @@ class EvalContext:
     - ``batch(dataset)``: the first validation batch of that dataset (``None``: the job's data) as
       NumPy ``x``, ``y``, ``padding_mask``, the rows of one micro-batch;
     - ``tokenizer``: the tokenizer the job's data was tokenized with, as its dataset records it
-      (``{"backend": ..., "name": ...}``), or None.
+      (``{"backend": ..., "name": ...}``), or None;
+    - ``root``: the root the job's datasets are in (``<root>/data/``), or None.
 
     >>> EvalContext(step=1, params={}, config=None, sources=(), mean_loss=lambda d: 1.0).mean_loss(None)
     1.0
@@ -69,6 +72,29 @@ class EvalContext:
     log: Any = None
     batch: Callable[[str | None], Mapping[str, Any]] = _no_batches
     tokenizer: Mapping[str, Any] | None = None
+    root: str | None = None
+
+
+def example_limit(config: Any) -> int:
+    """How many examples an evaluation reads: ``eval.length`` (-1: all; also when the config has none).
+
+    >>> from omegaconf import OmegaConf
+    >>> example_limit(OmegaConf.create({"eval": {"length": 64}})), example_limit(None)
+    (64, -1)
+    """
+    length = None if config is None else OmegaConf.select(config, "eval.length")
+    return -1 if length is None else int(length)
+
+
+def first_examples(items: Sequence[Any], config: Any) -> list[Any]:
+    """The first ``eval.length`` of ``items`` (all of them for -1).
+
+    >>> from omegaconf import OmegaConf
+    >>> first_examples([1, 2, 3], OmegaConf.create({"eval": {"length": 2}})), first_examples([1, 2], None)
+    ([1, 2], [1, 2])
+    """
+    limit = example_limit(config)
+    return list(items) if limit == -1 else list(items)[:limit]
 
 
 class Evaluation(Part):

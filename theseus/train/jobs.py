@@ -23,6 +23,8 @@ from theseus.experiments import job_source
 from theseus.jobs import Job, _NullWriter, job
 from theseus.store import EmptyResult, Node, layout, schema, trust
 from theseus.store import fs as rootfs
+from theseus.train.evals.text import BitsPerByte
+from theseus.train.evaluations import ValidationLoss
 from theseus.train.recipe import Recipe
 
 
@@ -37,9 +39,14 @@ class Pretrain(Recipe, Job):
     record is appended only after the checkpoint's MANIFEST is published. Restoring
     (``q.find()...resume()`` or ``branch()``) continues from the base node's checkpoint.
 
-    >>> Pretrain.key
-    'gpt/train/pretrain'
+    By default it lists the validation loss and the bits per byte of each dataset's validation
+    split (`theseus.train.evals.text.BitsPerByte`).
+
+    >>> Pretrain.key, [e.name for e in Pretrain.EVALUATION]
+    ('gpt/train/pretrain', ['val-loss', 'bits-per-byte'])
     """
+
+    EVALUATION = (ValidationLoss, BitsPerByte)
 
     def setup(self) -> None:
         """Validate, build the trainer (autobatch when asked) and initialise or restore its state."""

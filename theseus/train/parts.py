@@ -43,7 +43,8 @@ KINDS = ("model", "optimizer", "schedule", "loss", "evaluation", "analysis")
 PART_MODULES: list[str] = ["theseus.train.models", "theseus.train.optimizers", "theseus.train.schedules",
                            "theseus.train.losses", "theseus.train.evaluations", "theseus.train.analyses.attention",
                            "theseus.train.analyses.norms", "theseus.train.analyses.logit_lens",
-                           "theseus.train.evals.exact_match"]
+                           "theseus.train.evals.exact_match", "theseus.train.evals.text", "theseus.train.evals.choice",
+                           "theseus.train.evals.public"]
 
 _PARTS: dict[str, dict[str, type[Part]]] = {kind: {} for kind in KINDS}  # the registry, filled by @part
 _LOADED: set[str] = set()

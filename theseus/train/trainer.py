@@ -32,6 +32,7 @@ evaluations) and talks to the outside through callbacks.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import re
@@ -590,10 +591,12 @@ class Trainer:
         data = self.loader.dataset if hasattr(self.loader, "dataset") else self.loader.datasets[0]
         return EvalContext(step=step, params=self.state["params"], config=self.config, sources=tuple(self.sources),
                            mean_loss=self._mean_loss, model=self.model, write=write, log=self.log,
-                           batch=lambda dataset: self._val_loader(dataset).batch(0), tokenizer=data.tokenizer)
+                           batch=lambda dataset: self._val_loader(dataset).batch(0), tokenizer=data.tokenizer,
+                           root=self.root)
 
-    def evaluate(self) -> dict[str, Any]:
-        """The metrics of the recipe's evaluations (and analyses) on the current params, as ``train()`` reports them.
+    def evaluate(self, parts: Sequence[Any] | None = None, config: Any = None) -> dict[str, Any]:
+        """The metrics of the recipe's evaluations (and analyses) on the current params, as ``train()`` reports them;
+        or of the evaluation ``parts`` given, reading ``config`` (default: the job's) as their settings.
 
         >>> root, config = tiny_example()
         >>> trainer = Trainer(config, root, peak_flops=1e12, progress=False)
@@ -602,8 +605,10 @@ class Trainer:
         """
         self._ensure_state()
         context = self._context(self.step)
+        if config is not None:
+            context = dataclasses.replace(context, config=config)
         out: dict[str, Any] = {}
-        for part in [*self.evaluations, *self.analyses]:
+        for part in [*self.evaluations, *self.analyses] if parts is None else list(parts):
             values = part.run(context)
             if not isinstance(values, Mapping):
                 raise TypeError(f"{part.__name__}.run() must return a mapping of scalar metrics, got {values!r}")

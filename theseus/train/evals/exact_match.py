@@ -29,12 +29,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from theseus.data import sources
-from theseus.train.evaluations import EvalContext, Evaluation
+from theseus.train.evaluations import EvalContext, Evaluation, first_examples
 from theseus.train.generate import generate, tokenizer_of
 from theseus.train.parts import part
 
-__all__ = ["TASKS", "AdditionTask", "Example", "ExactMatch", "ExactMatchResult", "ExactMatchSettings", "exact_match",
-           "extract_answer", "normalize", "score", "task"]
+__all__ = ["TASKS", "Addition", "AdditionTask", "Example", "ExactMatch", "ExactMatchResult", "ExactMatchSettings",
+           "exact_match", "extract_answer", "normalize", "score", "task"]
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 #: GSM8K's marker: the answer follows it
@@ -244,12 +244,12 @@ class ExactMatch(Evaluation):
     def check(cls, config: Any) -> None:
         """A known task; positive sizes."""
         settings = config.eval.exact_match
-        if settings.task not in TASKS:
+        if cls.task_name(config) not in TASKS:
             raise ValueError(f"eval.exact_match.task {settings.task!r} is not a task; "
                              f"known: {', '.join(sorted(TASKS))}")
         _positive("eval.exact_match.max_new_tokens", settings.max_new_tokens)
         _positive("eval.exact_match.batch_size", settings.batch_size)
-        if settings.task == "addition":
+        if cls.task_name(config) == "addition":
             _positive("eval.exact_match.addition.examples", settings.addition.examples)
             _positive("eval.exact_match.addition.max_digits", settings.addition.max_digits)
 
@@ -264,9 +264,17 @@ class ExactMatch(Evaluation):
         (3, '...+...=')
         """
         cls.check(config)
-        examples = TASKS[config.eval.exact_match.task](config.eval.exact_match)
-        length = int(config.eval.length)
-        return examples if length == -1 else examples[:length]
+        return first_examples(TASKS[cls.task_name(config)](config.eval.exact_match), config)
+
+    @classmethod
+    def task_name(cls, config: Any) -> str:
+        """The task this part scores: ``eval.exact_match.task``.
+
+        >>> from omegaconf import OmegaConf
+        >>> ExactMatch.task_name(OmegaConf.create({"eval": {"exact_match": {"task": "gsm8k"}}}))
+        'gsm8k'
+        """
+        return str(config.eval.exact_match.task)
 
     @classmethod
     def run(cls, context: EvalContext) -> dict[str, float]:
@@ -274,4 +282,20 @@ class ExactMatch(Evaluation):
         settings = context.config.eval.exact_match
         result = exact_match(context.model, context.params, tokenizer_of(context.config), cls.examples(context.config),
                              max_new_tokens=int(settings.max_new_tokens), batch_size=int(settings.batch_size))
-        return {f"eval/{settings.task}/exact_match": result.score}
+        return {f"eval/{cls.task_name(context.config)}/exact_match": result.score}
+
+
+@part("evaluation", "addition", "Exact match on the addition dataset's sums (no network): "
+                                "eval/addition/exact_match.")
+class Addition(ExactMatch):
+    """`ExactMatch` on the ``addition`` task whatever ``eval.exact_match.task`` says (its other settings apply).
+
+    >>> from omegaconf import OmegaConf
+    >>> Addition.task_name(OmegaConf.create({"eval": {"exact_match": {"task": "other"}}}))
+    'addition'
+    """
+
+    @classmethod
+    def task_name(cls, config: Any) -> str:
+        """Always ``addition``."""
+        return "addition"

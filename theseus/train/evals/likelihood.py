@@ -166,26 +166,29 @@ def loglikelihood(model: Any, params: Any, pairs: Sequence[tuple[Sequence[int], 
     return out  # type: ignore[return-value]
 
 
-def rolling_pairs(tokens: Sequence[int], block_size: int, prefix: int) -> list[tuple[list[int], list[int]]]:
+def rolling_pairs(tokens: Sequence[int], block_size: int, prefix: int | None) -> list[tuple[list[int], list[int]]]:
     """The ``(context, continuation)`` windows that score every token of ``tokens`` once: continuations of
-    ``block_size`` tokens (the last one shorter), each after everything before it (``prefix`` first),
-    which `loglikelihood` cuts to what the block holds.
+    ``block_size`` tokens (the last one shorter), each after the ``block_size`` tokens before it, ``prefix``
+    first (None: the first token is only context, the others are scored).
 
     >>> rolling_pairs([5, 6, 7, 8, 9], 2, prefix=0)
-    [([0], [5, 6]), ([0, 5, 6], [7, 8]), ([0, 5, 6, 7, 8], [9])]
+    [([0], [5, 6]), ([5, 6], [7, 8]), ([7, 8], [9])]
+    >>> rolling_pairs([5, 6, 7], 2, prefix=None)
+    [([5], [6, 7])]
     """
-    tokens = [int(t) for t in tokens]
-    if not tokens:
-        raise ValueError("a rolling log-likelihood needs at least one token")
-    sequence = [int(prefix), *tokens]
-    return [(sequence[:s + 1], tokens[s:s + block_size]) for s in range(0, len(tokens), block_size)]
+    sequence = [int(t) for t in tokens] if prefix is None else [int(prefix), *(int(t) for t in tokens)]
+    if len(sequence) < 2:
+        raise ValueError("a rolling log-likelihood needs at least one token to score"
+                         + (" after the first (there is no prefix token)" if prefix is None else ""))
+    return [(sequence[max(0, s + 1 - block_size):s + 1], sequence[s + 1:s + 1 + block_size])
+            for s in range(0, len(sequence) - 1, block_size)]
 
 
-def rolling_loglikelihood(model: Any, params: Any, documents: Sequence[Sequence[int]], *, prefix: int,
+def rolling_loglikelihood(model: Any, params: Any, documents: Sequence[Sequence[int]], *, prefix: int | None,
                           batch_size: int = 16) -> list[Scored]:
     """A `Scored` per document (a list of token ids): every token's log-probability summed, each predicted from
-    the tokens before it in windows of the model's block size, the first from ``prefix`` (the end-of-text token).
-    ``greedy``: every token was the argmax.
+    the tokens before it in windows of the model's block size, the first from ``prefix`` (the end-of-text token;
+    None: the first token is not scored, only read). ``greedy``: every token was the argmax.
 
     >>> import math, jax, jax.numpy as jnp
     >>> from theseus.model.config import GPTConfig
