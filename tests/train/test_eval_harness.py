@@ -192,3 +192,21 @@ def test_bad_harness_arguments_are_refused_before_any_work(toy, kwargs, message)
 def test_bad_adapter_settings_are_refused(toy, kwargs, message):
     with pytest.raises(ValueError, match=message):
         TheseusLM(*toy, **kwargs)
+
+
+def test_the_adapter_scores_as_theseus_own_multiple_choice_evaluation(toy, tmp_path):
+    """The cross-check: the same ARC-format questions, lm-eval's arc_easy through the adapter and theseus's own
+    ARC loader and multiple-choice evaluation, give the same acc and acc_norm (choices of one and two digits, so
+    the length normalisation decides some)."""
+    from theseus.train.evals.choice import multiple_choice
+    from theseus.train.evals.public import arc_question
+
+    rows = sums(40, seed=3)
+    (tmp_path / "tasks").mkdir()
+    folder = multiple_choice_task(tmp_path / "tasks", "sums", rows)
+    results = lm_eval.simple_evaluate(model=TheseusLM(*toy), tasks=["sums"], log_samples=False,
+                                      task_manager=TaskManager(include_path=str(folder), include_defaults=False))
+    own = multiple_choice(*toy, [arc_question(row) for row in rows])
+    scores = results["results"]["sums"]
+    assert (scores["acc,none"], scores["acc_norm,none"]) == pytest.approx((own.acc, own.acc_norm))
+    assert own.predictions != own.predictions_norm  # the normalisation changed some picks: it is compared too
