@@ -96,7 +96,7 @@ __all__ = ["JOB_MODULES", "Job", "UnknownJobError", "get_job", "import_registeri
 
 #: Modules imported (once, when the registry is first read) to register the built-in jobs.
 #: A module that does not exist yet is skipped; add yours here or import it before use.
-JOB_MODULES: list[str] = ["theseus.data.jobs", "theseus.train.jobs"]
+JOB_MODULES: list[str] = ["theseus.data.jobs", "theseus.train.jobs", "theseus.replay.evaluate"]
 
 _REGISTRY: dict[str, type[Job]] = {}  # the only global mutable state of the job system
 _LOADED: set[str] = set()

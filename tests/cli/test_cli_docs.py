@@ -6,7 +6,8 @@ from tests.docstrings import examples_fail, names_without_examples
 
 # theseus.cli.app / errors: tests/jobs/test_jobs_doctests.py; audit: tests/audit; replay: tests/replay;
 # dispatch: tests/dispatch/test_dispatch_logs.py
-MODULES = ["theseus.cli", "theseus.cli.parts", "theseus.cli.plot", "theseus.cli.analyze", "theseus.cli.sample"]
+MODULES = ["theseus.cli", "theseus.cli.parts", "theseus.cli.plot", "theseus.cli.analyze", "theseus.cli.sample",
+           "theseus.cli.evaluate"]
 
 
 @pytest.mark.parametrize("name", MODULES)

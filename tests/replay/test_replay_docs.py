@@ -5,7 +5,8 @@ import pytest
 from tests.docstrings import examples_fail, names_without_examples
 
 MODULES = ["theseus.cli.replay", "theseus.replay.analyze",
-           "theseus.replay.sample", "theseus.replay.restore"]  # theseus.replay.verify: tests/train/test_trainer_docs.py
+           "theseus.replay.sample", "theseus.replay.restore",
+           "theseus.replay.evaluate"]  # theseus.replay.verify: tests/train/test_trainer_docs.py
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -98,3 +98,28 @@ def char_tokenizer(folder) -> str:
     hf.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
     return str(folder)
+
+
+def addition_run(tmp_path, steps: int) -> tuple[str, dict]:
+    """A root holding the addition dataset (one-digit sums, character tokens, block 8) and a config training a
+    small GPT on it for ``steps`` steps, its exact match scoring 100 one-digit sums with 3 new tokens."""
+    from theseus.quick import quick
+
+    root = str(tmp_path / "root")
+    tokenizer = {"backend": "huggingface", "name": char_tokenizer(tmp_path)}
+    with quick(root) as q:
+        q.build("data/tokenize/addition", "sums")
+        q.config.tokenizer.merge_with(tokenizer)
+        q.config.data.addition.merge_with({"n": 2000, "max_digits": 1})
+        q.config.data.block_size = 8
+        q()
+    config = {
+        "architecture": {"n_embd": 64, "n_layers": 2, "n_head": 4, "block_size": 8, "vocab_size": 16,
+                         "dtype": {"activation": "float32"}},
+        "tokenizer": tokenizer, "data": {"dataset": "addition"},
+        "optimization": {"lr": 1e-2, "warmup_pct": 0.05, "decay_pct": 0.3},
+        "training": {"batch_size": 64, "per_device_batch_size": 64, "tokens": steps * 64 * 8, "validation_steps": 1},
+        "logging": {"report_interval": steps, "validation_interval": steps, "checkpoint_interval": steps},
+        "eval": {"length": 100, "exact_match": {"max_new_tokens": 3, "addition": {"max_digits": 1}}},
+    }
+    return root, config

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from tests.train._helpers import char_tokenizer
+from tests.train._helpers import addition_run
 from theseus.data import sources
 from theseus.train.config import load_config
 from theseus.train.evals.exact_match import (
@@ -98,26 +98,8 @@ def test_a_training_run_reports_exact_match_on_its_validation_steps(tmp_path):
 
 @pytest.mark.slow
 def test_a_model_trained_on_addition_scores_above_chance_and_shuffled_labels_at_chance(tmp_path):
-    from theseus.quick import quick
-
-    root = str(tmp_path / "root")
-    tokenizer = {"backend": "huggingface", "name": char_tokenizer(tmp_path)}
-    with quick(root) as q:
-        q.build("data/tokenize/addition", "sums")
-        q.config.tokenizer.merge_with(tokenizer)
-        q.config.data.addition.merge_with({"n": 2000, "max_digits": 1})
-        q.config.data.block_size = 8
-        q()
     steps = 100
-    config = {
-        "architecture": {"n_embd": 64, "n_layers": 2, "n_head": 4, "block_size": 8, "vocab_size": 16,
-                         "dtype": {"activation": "float32"}},
-        "tokenizer": tokenizer, "data": {"dataset": "addition"},
-        "optimization": {"lr": 1e-2, "warmup_pct": 0.05, "decay_pct": 0.3},
-        "training": {"batch_size": 64, "per_device_batch_size": 64, "tokens": steps * 64 * 8, "validation_steps": 1},
-        "logging": {"report_interval": steps, "validation_interval": steps, "checkpoint_interval": steps},
-        "eval": {"length": 100, "exact_match": {"max_new_tokens": 3, "addition": {"max_digits": 1}}},
-    }
+    root, config = addition_run(tmp_path, steps)
     reports = {}
     trainer = Trainer(config, root, recipe=Sums, peak_flops=1e12, progress=False,
                       on_report=lambda step, metrics: reports.update({step: metrics}))

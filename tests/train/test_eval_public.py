@@ -18,7 +18,7 @@ from theseus.model.config import GPTConfig
 from theseus.model.gpt import GPT
 from theseus.train.evals.choice import MultipleChoiceFiles, Question
 from theseus.train.evals.exact_match import Example
-from theseus.train.evals.public import ARCChallenge, ARCEasy, GSM8K, MMLU, PIQA, HellaSwag, Lambada
+from theseus.train.evals.public import GSM8K, MMLU, PIQA, ARCChallenge, ARCEasy, HellaSwag, Lambada
 from theseus.train.evaluations import EvalContext
 from theseus.train.parts import parts
 
@@ -34,8 +34,8 @@ ARC = {"id": "Mercury_7175875", "question": "An astronomer observes that a plane
                    "label": ["A", "B", "C", "D"]}, "answerKey": "C"}
 PIQA_ROW = {"goal": "When boiling butter, when it's ready, you can", "sol1": "Pour it onto a plate",
             "sol2": "Pour it into a jar", "label": 1}
-MMLU_ROW = {"question": "Find the degree for the given field extension Q(sqrt(2)) over Q.", "subject": "abstract_algebra",
-            "choices": ["0", "2", "1", "3"], "answer": 1}
+MMLU_ROW = {"question": "Find the degree for the given field extension Q(sqrt(2)) over Q.",
+            "subject": "abstract_algebra", "choices": ["0", "2", "1", "3"], "answer": 1}
 LAMBADA_ROW = {"text": "In my palm is a clear stone, and inside it is a small ivory statuette. a guardian angel"}
 GSM8K_ROW = {"question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
              "in May. How many clips did Natalia sell altogether in April and May?",
@@ -132,7 +132,7 @@ def test_each_part_runs_on_a_model_and_reports_its_keys(published, toy, part, ke
 def test_bad_data_is_refused_with_a_clear_message(published, tmp_path):
     config = settings(published)
     config.eval.hellaswag.path = str(published / "piqa")  # PIQA's columns where HellaSwag's are expected
-    with pytest.raises(ValueError, match="hellaswag: row 0 of .* has no 'ctx' column; is it hellaswag's published format"):
+    with pytest.raises(ValueError, match="hellaswag: row 0 of .* has no 'ctx' column; is it hellaswag's"):
         HellaSwag.questions(config)
     config.eval.hellaswag.path = str(tmp_path / "missing")
     with pytest.raises(FileNotFoundError, match="not found"):

@@ -27,6 +27,7 @@ from theseus import logs
 from theseus.cli import analyze as analyze_commands
 from theseus.cli import audit as audit_commands
 from theseus.cli import dispatch as dispatch_commands
+from theseus.cli import evaluate as evaluate_commands
 from theseus.cli import parts as parts_commands
 from theseus.cli import plot as plot_commands
 from theseus.cli import replay as replay_commands
@@ -128,6 +129,7 @@ store_commands.register(app)  # ls, show, compact
 audit_commands.register(app)  # audit, gc
 replay_commands.register(app)  # verify
 sample_commands.register(app)  # sample
+evaluate_commands.register(app)  # eval
 plot_commands.register(app)  # plot
 dispatch_commands.register(app)  # submit, launch, logs
 parts_commands.register(app)  # parts

@@ -1,0 +1,100 @@
+"""The ``theseus eval`` command: evaluate any checkpoint, the results written as a new lineage under it.
+
+::
+
+    theseus eval ROOT NONCE --tasks pydoc,addition --limit 64
+    theseus eval ROOT NODE_ID --tasks hellaswag eval.hellaswag.path=/data/hellaswag
+
+A nonce means that run's last committed checkpoint. It runs the ``gpt/evaluate`` job
+(`theseus.replay.evaluate`): one node whose parent is the checkpoint's node, holding
+``eval/<task>/<metric>``, visible in ``theseus ls`` / ``theseus show`` and to
+``find().job("gpt/evaluate")``. ``key=value`` arguments set the job's config (each task's
+``eval.<task>.*`` settings). Bad input (no such run or node, a node without a checkpoint,
+an unknown task or none) exits 2 and writes nothing.
+
+>>> import typer
+>>> from typer.testing import CliRunner
+>>> app = typer.Typer(); register(app)
+>>> CliRunner().invoke(app, ["eval", "/tmp/nowhere", "abc123", "--tasks", ""]).exit_code
+2
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from theseus import logs
+from theseus.cli.errors import ROOT_ERRORS, fail, message
+from theseus.store import EmptyResult
+
+
+def evaluate(
+    root: Annotated[str, typer.Argument(help="The root folder or gs:// URL")],
+    target: Annotated[str, typer.Argument(metavar="NODE_ID|NONCE",
+                                          help="A node with a checkpoint, or a run's nonce (its last checkpoint)")],
+    tasks: Annotated[str, typer.Option("--tasks", "-t", help="Evaluations, comma-separated (`theseus parts "
+                                                              "evaluation`: pydoc, addition, hellaswag...)")],
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value settings, e.g. eval.hellaswag.path=DIR")
+                         ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="Examples per evaluation (eval.length; -1: all)")
+                     ] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Run name of the results (default: <run>-eval)")
+                    ] = None,
+    log_level: Annotated[str, typer.Option("--log-level", help="loguru level of the trainer's log")] = "WARNING",
+) -> None:
+    """Evaluate NODE_ID's checkpoint (or a run's last, by NONCE) on TASKS; write the results as a new lineage.
+
+    Exit status 2 on bad input: unknown run or node, no checkpoint, an unknown task or none,
+    a bad key=value. A failed evaluation is recorded on its node and exits 1.
+    \f
+    >>> from typer.testing import CliRunner
+    >>> app = typer.Typer(); register(app)
+    >>> result = CliRunner().invoke(app, ["eval", "/tmp/nowhere", "abc123", "--tasks", "nope"])
+    >>> result.exit_code
+    2
+    """
+    from theseus.config import apply_overrides  # lazily: the job and JAX load only for this command
+    from theseus.quick import quick
+    from theseus.replay.evaluate import evaluation_parts
+    from theseus.replay.restore import checkpoint_for
+
+    logs.setup(log_level)
+    try:
+        evaluation_parts(tasks)  # an unknown task fails before the checkpoint is read
+        with quick(root) as q:
+            node, _ = checkpoint_for(q.store, target)
+            q.build("gpt/evaluate", name or f"{node.name}-eval")
+            q.config.evaluate.checkpoint = node.id
+            q.config.evaluate.tasks = [t.strip() for t in tasks.split(",") if t.strip()]
+            if limit is not None:
+                q.config.eval.length = limit
+            apply_overrides(q.config, overrides or [])
+            job = q.create()
+    except EmptyResult as e:
+        fail(str(e), 2)
+    except ROOT_ERRORS as e:
+        fail(message(e), 2)
+    try:
+        metrics = job()
+    except Exception as e:
+        fail(f"{type(e).__name__}: {e} (recorded at node {job.node.id})", 1)
+    table = Table(title=f"{node.name}:{node.nonce}:{node.seq} -> {job.node.name}:{job.node.nonce} ({job.node.id})")
+    table.add_column("key")
+    table.add_column("value", justify="right")
+    for key, value in metrics.items():
+        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    Console(highlight=False, soft_wrap=True).print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``eval`` to a Typer app.
+
+    >>> app = typer.Typer(); register(app)
+    >>> [c.name for c in app.registered_commands]
+    ['eval']
+    """
+    app.command("eval")(evaluate)
