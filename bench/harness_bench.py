@@ -83,7 +83,8 @@ def write_task(folder: Path, rows: list[dict]) -> tuple[Path, Path]:
             "output_type": "multiple_choice", "test_split": "test",
             "doc_to_text": "Question: {{question}}\nAnswer:", "doc_to_target": "{{choices.label.index(answerKey)}}",
             "doc_to_choice": "{{choices.text}}",
-            "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in ("acc", "acc_norm")]}
+            "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True}
+                            for m in ("acc", "acc_norm")]}
     (tasks / "arc_local.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     return folder, tasks
 

@@ -56,6 +56,33 @@ def multiple_choice_task(folder: Path, name: str, rows: list[dict]) -> Path:
     })
 
 
+def addition_questions(n: int, seed: int = 0) -> list[dict]:
+    """``n`` questions "a+b=" (one digit each) in the columns of theseus's ``multiple-choice`` part (``context``,
+    ``choices``, ``label``): the sum and three near misses, as the addition dataset writes sums."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        a, b = rng.randrange(10), rng.randrange(10)
+        choices = [str(c) for c in [a + b, *rng.sample([c for c in range(a + b - 3, a + b + 4) if c >= 0
+                                                          and c != a + b], 3)]]
+        rng.shuffle(choices)
+        rows.append({"context": f"{a}+{b}=", "choices": choices, "label": choices.index(str(a + b))})
+    return rows
+
+
+def choice_task(folder: Path, name: str, rows: list[dict]) -> Path:
+    """``folder`` holding task ``name`` over rows of theseus's ``multiple-choice`` columns (the choices follow the
+    context directly: no delimiter)."""
+    return _task(folder, name, rows, {
+        "output_type": "multiple_choice",
+        "doc_to_text": "{{context}}",
+        "doc_to_target": "{{label}}",
+        "doc_to_choice": "{{choices}}",
+        "target_delimiter": "",
+        "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in ("acc", "acc_norm")],
+    })
+
+
 def perplexity_task(folder: Path, name: str, texts: list[str]) -> Path:
     """``folder`` holding task ``name``: the rolling log-likelihood of each text (lm-eval's ``wikitext`` metrics)."""
     return _task(folder, name, [{"text": t} for t in texts], {

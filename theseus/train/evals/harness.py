@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -50,7 +51,7 @@ from theseus.train.evals.likelihood import loglikelihood as score_pairs
 from theseus.train.evals.likelihood import rolling_loglikelihood
 from theseus.train.generate import generate
 
-__all__ = ["TheseusLM", "harness", "harness_keys", "request"]
+__all__ = ["TheseusLM", "harness", "harness_keys", "harness_tasks", "request"]
 
 #: lm-eval's generation options that `TheseusLM.generate_until` honours (after lm-eval's normalisation)
 GENERATION_OPTIONS = ("until", "max_gen_toks", "do_sample", "temperature", "top_k", "top_p")
@@ -252,11 +253,38 @@ def harness_keys(results: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def harness_tasks(tasks: str | Sequence[str], include_path: str | Sequence[str] | None = None) -> TaskManager:
+    """lm-eval's task index over its own tasks and the YAML tasks under ``include_path``, once every name of
+    ``tasks`` is checked to be one of them: an unknown name is a ValueError naming close ones.
+
+    >>> harness_tasks([])
+    Traceback (most recent call last):
+    ...
+    ValueError: tasks must be a non-empty list of lm-eval task names, got []
+    """
+    names = [tasks] if isinstance(tasks, str) else list(tasks)
+    if not names or not all(isinstance(t, str) and t for t in names):
+        raise ValueError(f"tasks must be a non-empty list of lm-eval task names, got {names!r}")
+    paths = [include_path] if isinstance(include_path, str) else list(include_path or [])
+    missing = [p for p in paths if not os.path.isdir(p)]
+    if missing:
+        raise FileNotFoundError(f"include path {missing[0]} is not a folder (of lm-eval task YAML files)")
+    manager = TaskManager(include_path=paths or None)
+    known = set(manager.all_tasks)
+    unknown = [t for t in names if t not in known]
+    if unknown:
+        close = sorted({c for t in unknown for c in difflib.get_close_matches(t, known, n=3)})
+        hint = f" (close: {', '.join(close)})" if close else ""
+        raise ValueError(f"unknown lm-eval task {', '.join(unknown)}{hint}: `lm-eval ls tasks` lists its own; a "
+                         "task of yours is a YAML file in a folder given as include_path")
+    return manager
+
+
 def harness(lm: TheseusLM, tasks: Sequence[str], *, include_path: str | Sequence[str] | None = None,
-            limit: int | None = None) -> tuple[dict[str, float], dict[str, Any]]:
+            limit: int | None = None, manager: TaskManager | None = None) -> tuple[dict[str, float], dict[str, Any]]:
     """Run lm-eval ``tasks`` (names of its own tasks, or of YAML tasks under ``include_path``) on ``lm``, each
     on its first ``limit`` documents (None: all): ``(keys, results)``, the scores as `harness_keys` and
-    ``simple_evaluate``'s whole result. An unknown task name is a ValueError naming close ones.
+    ``simple_evaluate``'s whole result. The names are checked by `harness_tasks` (or were, into ``manager``).
 
     >>> from theseus.train.example import tiny_text_model
     >>> harness(TheseusLM(*tiny_text_model()), ["hellaswag"], limit=0)
@@ -265,17 +293,8 @@ def harness(lm: TheseusLM, tasks: Sequence[str], *, include_path: str | Sequence
     ValueError: limit must be a positive integer (documents per task) or None, got 0
     """
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
-    if not tasks or not all(isinstance(t, str) and t for t in tasks):
-        raise ValueError(f"tasks must be a non-empty list of lm-eval task names, got {tasks!r}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit must be a positive integer (documents per task) or None, got {limit!r}")
-    manager = TaskManager(include_path=include_path or None)
-    known = set(manager.all_tasks)
-    unknown = [t for t in tasks if t not in known]
-    if unknown:
-        close = sorted({c for t in unknown for c in difflib.get_close_matches(t, known, n=3)})
-        hint = f" (close: {', '.join(close)})" if close else ""
-        raise ValueError(f"unknown lm-eval task {', '.join(unknown)}{hint}: `lm-eval ls tasks` lists its own; a "
-                         "task of yours is a YAML file in a folder given as include_path")
+    manager = manager or harness_tasks(tasks, include_path)
     results = lm_eval.simple_evaluate(model=lm, tasks=tasks, limit=limit, task_manager=manager, log_samples=False)
     return harness_keys(results), results
