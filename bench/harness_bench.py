@@ -13,11 +13,12 @@ and 500 questions in ARC's published columns (``question``, ``choices {text, lab
   parameters: what ``theseus eval ... --harness`` runs.
 
 Both load the questions inside the timed call; both score through the same jitted
-log-likelihood, compiled in an untimed warm-up. The two must give the same acc and
+log-likelihood, compiled in an untimed warm-up on the first ``--warmup`` questions (the
+same padded shapes; the jsonl is cached by ``datasets`` then too). The two must give the same acc and
 acc_norm. ``--rounds`` timed calls of each, alternating; the medians and their ratio
 (lm-eval's seconds over theseus's: above 1, theseus is faster) are printed.
 
-    uv run python bench/harness_bench.py [--questions 500] [--rounds 3]
+    uv run python bench/harness_bench.py [--questions 500] [--rounds 3] [--warmup 32]
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=500, help="questions (default 500)")
     parser.add_argument("--rounds", type=int, default=3, help="timed calls of each, alternating (default 3)")
+    parser.add_argument("--warmup", type=int, default=32, help="questions of the untimed warm-up (default 32)")
     args = parser.parse_args()
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
 
@@ -104,12 +106,14 @@ def main() -> None:
                                                                    "split": "test"}}})
     lm = TheseusLM(model, params, tokenizer)
 
-    def own() -> dict[str, float]:
-        return multiple_choice(model, params, tokenizer, ARCEasy.questions(config)).metrics
+    def own(limit: int = -1) -> dict[str, float]:
+        settings = OmegaConf.merge(config, {"eval": {"length": limit}})
+        return multiple_choice(model, params, tokenizer, ARCEasy.questions(settings)).metrics
 
-    def harness() -> dict[str, float]:
+    def harness(limit: int = -1) -> dict[str, float]:
         manager = TaskManager(include_path=str(tasks), include_defaults=False)
-        results = lm_eval.simple_evaluate(model=lm, tasks=["arc_local"], task_manager=manager, log_samples=False)
+        results = lm_eval.simple_evaluate(model=lm, tasks=["arc_local"], task_manager=manager, log_samples=False,
+                                          limit=None if limit == -1 else limit)
         scores = results["results"]["arc_local"]
         return {"acc": scores["acc,none"], "acc_norm": scores["acc_norm,none"]}
 
@@ -118,8 +122,8 @@ def main() -> None:
     runs = {"theseus": own, "lm-eval": harness}
     for name, run in runs.items():
         t0 = time.perf_counter()
-        run()
-        print(f"  warm-up (compile + one run), {name}: {time.perf_counter() - t0:.1f} s", flush=True)
+        run(args.warmup)
+        print(f"  warm-up ({args.warmup} questions, compiles), {name}: {time.perf_counter() - t0:.1f} s", flush=True)
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     metrics = {}
     for r in range(args.rounds):
