@@ -29,7 +29,8 @@ from omegaconf import OmegaConf
 
 from theseus.train.parts import Part, part
 
-__all__ = ["Analysis", "EvalContext", "Evaluation", "ValidationLoss", "example_limit", "first_examples"]
+__all__ = ["Analysis", "EvalContext", "Evaluation", "ValidationLoss", "architecture_sizes", "example_limit",
+           "first_examples"]
 
 
 def _no_artifacts(name: str, data: bytes) -> str:
@@ -95,6 +96,20 @@ def first_examples(items: Sequence[Any], config: Any) -> list[Any]:
     """
     limit = example_limit(config)
     return list(items) if limit == -1 else list(items)[:limit]
+
+
+def architecture_sizes(config: Any) -> tuple[int, int] | None:
+    """``(block_size, vocab_size)`` of a job config's ``architecture`` (None: it has neither), for a model the
+    recipe wraps without a ``config`` of its own.
+
+    >>> from omegaconf import OmegaConf
+    >>> architecture_sizes(OmegaConf.create({"architecture": {"block_size": 64, "vocab_size": 128}}))
+    (64, 128)
+    """
+    arch = OmegaConf.select(config, "architecture") if config is not None else None
+    if arch is None or "block_size" not in arch or "vocab_size" not in arch:
+        return None
+    return int(arch.block_size), int(arch.vocab_size)
 
 
 class Evaluation(Part):

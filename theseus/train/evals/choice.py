@@ -28,7 +28,7 @@ import numpy as np
 
 from theseus.train.evals.likelihood import loglikelihood
 from theseus.train.evals.rows import load_rows
-from theseus.train.evaluations import EvalContext, Evaluation, first_examples
+from theseus.train.evaluations import EvalContext, Evaluation, architecture_sizes, first_examples
 from theseus.train.generate import tokenizer_of
 from theseus.train.parts import part
 
@@ -113,8 +113,9 @@ def choice_length(choice: str) -> int:
 
 
 def multiple_choice(model: Any, params: Any, tokenizer: Any, questions: Sequence[Question], *,
-                    batch_size: int = 16) -> ChoiceResult:
+                    batch_size: int = 16, sizes: tuple[int, int] | None = None) -> ChoiceResult:
     """Score every choice of every question and pick the likeliest (raw and per character, `choice_length`).
+    ``sizes``: ``(block_size, vocab_size)`` of a model without a ``config``.
 
     >>> import jax, jax.numpy as jnp
     >>> from theseus.data.tokenizer import get_tokenizer
@@ -134,7 +135,7 @@ def multiple_choice(model: Any, params: Any, tokenizer: Any, questions: Sequence
         for pair in choice_pairs(tokenizer, question.context, question.choices):
             pairs.append(pair)
             owners.append(q)
-    scored = iter(loglikelihood(model, params, pairs, batch_size=batch_size))
+    scored = iter(loglikelihood(model, params, pairs, batch_size=batch_size, sizes=sizes))
     lls = tuple(tuple(next(scored).logprob for _ in question.choices) for question in questions)
     raw = tuple(int(np.argmax(ll)) for ll in lls)
     norm = tuple(int(np.argmax([v / choice_length(c) for v, c in zip(ll, question.choices)]))
@@ -169,7 +170,8 @@ class MultipleChoice(Evaluation):
     def run(cls, context: EvalContext) -> dict[str, float]:
         """``acc`` and ``acc_norm`` of the current parameters on the first ``eval.length`` questions."""
         questions = first_examples(cls.questions(context.config), context.config)
-        result = multiple_choice(context.model, context.params, tokenizer_of(context.config), questions)
+        result = multiple_choice(context.model, context.params, tokenizer_of(context.config), questions,
+                                 sizes=architecture_sizes(context.config))
         return {f"eval/{cls.key(context.config)}/{metric}": value for metric, value in result.metrics.items()}
 
 

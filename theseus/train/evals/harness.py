@@ -48,7 +48,8 @@ except ImportError as e:  # the optional group is not installed: say how to inst
                       "run `uv sync --group eval` (or `pip install 'lm-eval>=0.4,<0.5'`)") from e
 
 from theseus.train.evals.likelihood import loglikelihood as score_pairs
-from theseus.train.evals.likelihood import rolling_loglikelihood
+from theseus.train.evals.likelihood import model_sizes, rolling_loglikelihood
+from theseus.train.evaluations import architecture_sizes
 from theseus.train.generate import generate
 
 __all__ = ["TheseusLM", "harness", "harness_keys", "harness_tasks", "request"]
@@ -74,8 +75,9 @@ class TheseusLM(TemplateLM):
 
     ``batch_size`` rows are scored (or generated) per jitted call; ``max_gen_toks`` is the
     new-token budget of a generation request that names none; ``seed`` the draws of
-    requests that sample (``do_sample``). A context longer than the block keeps its last
-    tokens, as lm-eval's own models do.
+    requests that sample (``do_sample``); ``sizes``: ``(block_size, vocab_size)`` of a model
+    without a ``config``. A context longer than the block keeps its last tokens, as lm-eval's
+    own models do.
 
     >>> from theseus.train.example import tiny_text_model
     >>> lm = TheseusLM(*tiny_text_model(), batch_size=4)
@@ -88,14 +90,15 @@ class TheseusLM(TemplateLM):
     """
 
     def __init__(self, model: Any, params: Any, tokenizer: Any, *, batch_size: int = 16, max_gen_toks: int = 256,
-                 seed: int = 0):
+                 seed: int = 0, sizes: tuple[int, int] | None = None):
         super().__init__()
         for name, value in (("batch_size", batch_size), ("max_gen_toks", max_gen_toks)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.model, self.params, self.encoder = model, params, tokenizer
         self.batch_size, self.max_gen_toks, self.seed = batch_size, max_gen_toks, int(seed)
-        self.block_size = int(model.config.block_size)
+        self.sizes = model_sizes(model, *(sizes or (None, None)))  # a model without a config: give its sizes
+        self.block_size = self.sizes[0]
 
     @classmethod
     def from_trainer(cls, trainer: Any, **options: Any) -> TheseusLM:
@@ -108,6 +111,7 @@ class TheseusLM(TemplateLM):
         >>> lm.block_size, lm.batch_size
         (16, 2)
         """
+        options.setdefault("sizes", architecture_sizes(trainer.config))
         return cls(trainer.model, trainer.params, trainer.tokenizer, **options)
 
     @property
@@ -143,7 +147,7 @@ class TheseusLM(TemplateLM):
                               disable_tqdm: bool = False, **kwargs: Any) -> list[tuple[float, bool]]:
         """Score the encoded requests (lm-eval's ``TemplateLM.loglikelihood`` encodes them)."""
         pairs = [(context, continuation) for _, context, continuation in requests]
-        scored = score_pairs(self.model, self.params, pairs, batch_size=self.batch_size)
+        scored = score_pairs(self.model, self.params, pairs, batch_size=self.batch_size, sizes=self.sizes)
         out = [(s.logprob, s.greedy) for s in scored]
         for (strings, _, _), result in zip(requests, out):
             self.cache_hook.add_partial("loglikelihood", strings, result)
@@ -163,7 +167,7 @@ class TheseusLM(TemplateLM):
         documents = [self.tok_encode(text) for text in texts]
         present = [i for i, doc in enumerate(documents) if doc]
         scored = rolling_loglikelihood(self.model, self.params, [documents[i] for i in present],
-                                       prefix=self.prefix_token_id, batch_size=self.batch_size)
+                                       prefix=self.prefix_token_id, batch_size=self.batch_size, sizes=self.sizes)
         out = [0.0] * len(texts)
         for i, s in zip(present, scored):
             out[i] = s.logprob

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Scored", "bucket_length", "loglikelihood", "rolling_loglikelihood", "rolling_pairs"]
+__all__ = ["Scored", "bucket_length", "loglikelihood", "model_sizes", "rolling_loglikelihood", "rolling_pairs"]
 
 #: the shortest bucket: shorter rows are padded to it
 MIN_BUCKET = 8
@@ -69,11 +69,19 @@ def bucket_length(n: int, block_size: int) -> int:
     return min(max(MIN_BUCKET, 1 << (n - 1).bit_length()), block_size)
 
 
-def _model_sizes(model: Any) -> tuple[int, int]:
+def model_sizes(model: Any, block_size: int | None = None, vocab_size: int | None = None) -> tuple[int, int]:
+    """``(block_size, vocab_size)``: the ones given, else the model's ``config``'s; neither is a TypeError.
+
+    >>> from theseus.model.config import GPTConfig
+    >>> from theseus.model.gpt import GPT
+    >>> model_sizes(GPT(GPTConfig(block_size=32, vocab_size=64))), model_sizes(object(), 8, 16)
+    ((32, 64), (8, 16))
+    """
     config = getattr(model, "config", None)
-    block, vocab = getattr(config, "block_size", None), getattr(config, "vocab_size", None)
+    block = getattr(config, "block_size", None) if block_size is None else int(block_size)
+    vocab = getattr(config, "vocab_size", None) if vocab_size is None else int(vocab_size)
     if not isinstance(block, int) or not isinstance(vocab, int):
-        raise TypeError(f"{type(model).__name__} has no config.block_size / config.vocab_size: scoring needs both")
+        raise TypeError(f"{type(model).__name__} has no config.block_size / config.vocab_size: give them to score")
     return block, vocab
 
 
@@ -121,12 +129,12 @@ def _score(module: Any, params: Any, x: jax.Array, y: jax.Array, mask: jax.Array
 
 
 def loglikelihood(model: Any, params: Any, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *,
-                  batch_size: int = 16) -> list[Scored]:
+                  batch_size: int = 16, sizes: tuple[int, int] | None = None) -> list[Scored]:
     """A `Scored` per ``(context_tokens, continuation_tokens)`` pair, in order: the continuation's summed
     log-probability given the context, whether it is the greedy continuation, its token count.
 
     A context longer than the block leaves out its first tokens; ``batch_size`` rows are scored per
-    call of the jitted scorer.
+    call of the jitted scorer. ``sizes``: ``(block_size, vocab_size)`` of a model without a ``config``.
 
     >>> import jax, jax.numpy as jnp
     >>> from theseus.model.config import GPTConfig
@@ -145,7 +153,7 @@ def loglikelihood(model: Any, params: Any, pairs: Sequence[tuple[Sequence[int], 
     """  # noqa: E501 - the doctest shows the message whole
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    block, vocab = _model_sizes(model)
+    block, vocab = model_sizes(model, *(sizes or (None, None)))
     rows = _rows(list(pairs), block, vocab)
     order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))  # similar lengths share a bucket
     out: list[Scored | None] = [None] * len(rows)
@@ -185,7 +193,7 @@ def rolling_pairs(tokens: Sequence[int], block_size: int, prefix: int | None) ->
 
 
 def rolling_loglikelihood(model: Any, params: Any, documents: Sequence[Sequence[int]], *, prefix: int | None,
-                          batch_size: int = 16) -> list[Scored]:
+                          batch_size: int = 16, sizes: tuple[int, int] | None = None) -> list[Scored]:
     """A `Scored` per document (a list of token ids): every token's log-probability summed, each predicted from
     the tokens before it in windows of the model's block size, the first from ``prefix`` (the end-of-text token;
     None: the first token is not scored, only read). ``greedy``: every token was the argmax.
@@ -199,14 +207,14 @@ def rolling_loglikelihood(model: Any, params: Any, documents: Sequence[Sequence[
     >>> doc.tokens, math.exp(-doc.logprob / doc.tokens) > 1   # the document's perplexity
     (6, True)
     """
-    block, _ = _model_sizes(model)
+    block, _ = model_sizes(model, *(sizes or (None, None)))
     windows: list[tuple[list[int], list[int]]] = []
     owners: list[int] = []
     for d, tokens in enumerate(documents):
         pairs = rolling_pairs(tokens, block, prefix)
         windows += pairs
         owners += [d] * len(pairs)
-    scored = loglikelihood(model, params, windows, batch_size=batch_size)
+    scored = loglikelihood(model, params, windows, batch_size=batch_size, sizes=sizes)
     totals = [[0.0, True, 0] for _ in documents]
     for d, s in zip(owners, scored):
         totals[d][0] += s.logprob

@@ -37,7 +37,7 @@ from theseus.train.evals.choice import MultipleChoice, Question
 from theseus.train.evals.exact_match import ANSWER_MARKER, Example, exact_match, normalize
 from theseus.train.evals.likelihood import loglikelihood
 from theseus.train.evals.rows import load_rows
-from theseus.train.evaluations import EvalContext, Evaluation, first_examples
+from theseus.train.evaluations import EvalContext, Evaluation, architecture_sizes, first_examples
 from theseus.train.generate import tokenizer_of
 from theseus.train.parts import part
 
@@ -303,7 +303,7 @@ class Lambada(PublicTask):
             pairs.append((head, tail))
         if not pairs:
             raise ValueError("lambada: no texts to score")
-        scored = loglikelihood(context.model, context.params, pairs)
+        scored = loglikelihood(context.model, context.params, pairs, sizes=architecture_sizes(context.config))
         return {"eval/lambada/acc": float(np.mean([s.greedy for s in scored])),
                 "eval/lambada/perplexity": math.exp(-float(np.mean([s.logprob for s in scored])))}
 

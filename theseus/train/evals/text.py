@@ -29,8 +29,8 @@ import numpy as np
 
 from theseus.data import sources
 from theseus.data.store import open_dataset
-from theseus.train.evals.likelihood import rolling_loglikelihood
-from theseus.train.evaluations import EvalContext, Evaluation, example_limit
+from theseus.train.evals.likelihood import model_sizes, rolling_loglikelihood
+from theseus.train.evaluations import EvalContext, Evaluation, architecture_sizes, example_limit
 from theseus.train.generate import tokenizer_of
 from theseus.train.parts import part
 
@@ -91,10 +91,11 @@ def split_documents(tokens: np.ndarray, eot: int) -> list[np.ndarray]:
 
 
 def text_score(model: Any, params: Any, tokenizer: Any, documents: Iterable[Sequence[int] | str], *,
-               limit: int = -1, batch_size: int = 8) -> TextScore:
+               limit: int = -1, batch_size: int = 8, sizes: tuple[int, int] | None = None) -> TextScore:
     """Score ``documents`` (token-id lists, or texts encoded with ``tokenizer``) in block-size windows, the first
     ``limit`` windows (-1: all); bytes are those of the tokens scored, decoded. Each document starts after the
     tokenizer's end-of-text token, or, for a model whose vocabulary does not hold it, after its own first token.
+    ``sizes``: ``(block_size, vocab_size)`` of a model without a ``config``.
 
     >>> import jax, jax.numpy as jnp
     >>> from theseus.data.tokenizer import get_tokenizer
@@ -106,8 +107,8 @@ def text_score(model: Any, params: Any, tokenizer: Any, documents: Iterable[Sequ
     >>> s.windows, s.bytes, s.metrics["perplexity"] > 1
     (2, 29, True)
     """
-    block = int(model.config.block_size)
-    prefix = int(tokenizer.eot) if int(tokenizer.eot) < int(model.config.vocab_size) else None
+    block, vocab = model_sizes(model, *(sizes or (None, None)))
+    prefix = int(tokenizer.eot) if int(tokenizer.eot) < vocab else None
     skip = 1 if prefix is None else 0  # tokens read but not scored at a document's start
     docs: list[list[int]] = []
     windows = 0
@@ -121,7 +122,7 @@ def text_score(model: Any, params: Any, tokenizer: Any, documents: Iterable[Sequ
         n = n if limit == -1 else min(n, limit - windows)
         docs.append(ids[: skip + n * block])
         windows += n
-    scored = rolling_loglikelihood(model, params, docs, prefix=prefix, batch_size=batch_size)
+    scored = rolling_loglikelihood(model, params, docs, prefix=prefix, batch_size=batch_size, sizes=(block, vocab))
     nbytes = sum(len(tokenizer.decode(d[skip:]).encode("utf-8")) for d in docs)
     return TextScore(sum(s.logprob for s in scored), sum(s.tokens for s in scored), nbytes, windows)
 
@@ -145,7 +146,7 @@ class TextEvaluation(Evaluation):
     def score(cls, context: EvalContext, documents: Iterable[Sequence[int] | str], name: str) -> dict[str, float]:
         """``eval/<name>/bpb`` and ``eval/<name>/perplexity`` of ``documents``."""
         result = text_score(context.model, context.params, tokenizer_of(context.config), documents,
-                            limit=example_limit(context.config))
+                            limit=example_limit(context.config), sizes=architecture_sizes(context.config))
         return {f"eval/{name}/{metric}": value for metric, value in result.metrics.items()}
 
     @classmethod
