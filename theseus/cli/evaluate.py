@@ -4,13 +4,17 @@
 
     theseus eval ROOT NONCE --tasks pydoc,addition --limit 64
     theseus eval ROOT NODE_ID --tasks hellaswag eval.hellaswag.path=/data/hellaswag
+    theseus eval ROOT NONCE --harness arc_easy,mytask --include-path ./tasks --limit 100
 
 A nonce means that run's last committed checkpoint. It runs the ``gpt/evaluate`` job
 (`theseus.replay.evaluate`): one node whose parent is the checkpoint's node, holding
 ``eval/<task>/<metric>``, visible in ``theseus ls`` / ``theseus show`` and to
 ``find().job("gpt/evaluate")``. ``key=value`` arguments set the job's config (each task's
-``eval.<task>.*`` settings). Bad input (no such run or node, a node without a checkpoint,
-an unknown task or none) exits 2 and writes nothing.
+``eval.<task>.*`` settings). ``--harness`` runs lm-evaluation-harness tasks on the checkpoint
+too (`theseus.train.evals.harness`; lm-eval is in the optional ``eval`` group): its own
+tasks, or YAML tasks in the ``--include-path`` folders, their scores recorded the same way.
+Bad input (no such run or node, a node without a checkpoint, an unknown task or none,
+lm-eval not installed for ``--harness``) exits 2 and writes nothing.
 
 >>> import typer
 >>> from typer.testing import CliRunner
@@ -21,6 +25,7 @@ an unknown task or none) exits 2 and writes nothing.
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -37,19 +42,24 @@ def evaluate(
     target: Annotated[str, typer.Argument(metavar="NODE_ID|NONCE",
                                           help="A node with a checkpoint, or a run's nonce (its last checkpoint)")],
     tasks: Annotated[str, typer.Option("--tasks", "-t", help="Evaluations, comma-separated (`theseus parts "
-                                                              "evaluation`: pydoc, addition, hellaswag...)")],
+                                                              "evaluation`: pydoc, addition, hellaswag...)")] = "",
     overrides: Annotated[list[str] | None, typer.Argument(help="key=value settings, e.g. eval.hellaswag.path=DIR")
                          ] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="Examples per evaluation (eval.length; -1: all)")
                      ] = None,
     name: Annotated[str | None, typer.Option("--name", help="Run name of the results (default: <run>-eval)")
                     ] = None,
+    harness: Annotated[str, typer.Option("--harness", help="lm-evaluation-harness tasks, comma-separated (its own, "
+                                                           "or YAML tasks in an --include-path folder)")] = "",
+    include_path: Annotated[list[str] | None, typer.Option("--include-path", help="A folder of lm-eval task YAML "
+                                                                                  "files; repeatable")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="loguru level of the trainer's log")] = "WARNING",
 ) -> None:
     """Evaluate NODE_ID's checkpoint (or a run's last, by NONCE) on TASKS; write the results as a new lineage.
 
     Exit status 2 on bad input: unknown run or node, no checkpoint, an unknown task or none,
-    a bad key=value. A failed evaluation is recorded on its node and exits 1.
+    a bad key=value, --harness without lm-eval installed. A failed evaluation is recorded on
+    its node and exits 1.
     \f
     >>> from typer.testing import CliRunner
     >>> app = typer.Typer(); register(app)
@@ -63,13 +73,17 @@ def evaluate(
     from theseus.replay.restore import checkpoint_for
 
     logs.setup(log_level)
+    lm_tasks = [t.strip() for t in harness.split(",") if t.strip()]
     try:
-        evaluation_parts(tasks)  # an unknown task fails before the checkpoint is read
+        if tasks.strip() or not lm_tasks:
+            evaluation_parts(tasks)  # an unknown task fails before the checkpoint is read
         with quick(root) as q:
             node, _ = checkpoint_for(q.store, target)
             q.build("gpt/evaluate", name or f"{node.name}-eval")
             q.config.evaluate.checkpoint = node.id
             q.config.evaluate.tasks = [t.strip() for t in tasks.split(",") if t.strip()]
+            q.config.evaluate.harness = lm_tasks
+            q.config.evaluate.include_path = [os.path.abspath(p) for p in include_path or []]
             if limit is not None:
                 q.config.eval.length = limit
             apply_overrides(q.config, overrides or [])
@@ -78,6 +92,8 @@ def evaluate(
         fail(str(e), 2)
     except ROOT_ERRORS as e:
         fail(message(e), 2)
+    except ImportError as e:  # --harness without the optional eval group: the message says how to install it
+        fail(str(e), 2)
     try:
         metrics = job()
     except Exception as e:

@@ -3,11 +3,14 @@
 ``evaluate.checkpoint`` names the checkpoint (a node id, or a nonce: that run's last
 committed one; the job records the node id it resolved to) and ``evaluate.tasks`` the
 evaluation parts to run (`theseus parts` lists them: ``bits-per-byte``, ``pydoc``,
-``addition``, ``hellaswag``...). The trainer is the evaluated run's own job class restored
+``addition``, ``hellaswag``...); ``evaluate.harness`` names lm-evaluation-harness tasks to
+run as well (its own, or YAML tasks in the folders of ``evaluate.include_path``), through
+`theseus.train.evals.harness` (the optional ``eval`` group). The trainer is the evaluated run's own job class restored
 from the checkpoint (`restored_trainer`); the parts read that run's config with this job's
 ``eval`` section over it (every evaluation part's settings, ``eval.length`` capping the
-examples). The results land on the job's one node as ``eval/<name>/<metric>``, with
-``evaluate/checkpoint``, ``evaluate/tasks`` and ``evaluate/step``::
+examples, of the harness's tasks too). The results land on the job's one node as
+``eval/<name>/<metric>`` (a harness task's as `harness_keys` names them), with
+``evaluate/checkpoint``, ``evaluate/tasks``, ``evaluate/harness`` and ``evaluate/step``::
 
     with quick(root) as q:
         q.build("gpt/evaluate", "eval-gpt")
@@ -32,21 +35,39 @@ from theseus.jobs import Job, job
 from theseus.replay.restore import checkpoint_for, restored_trainer
 from theseus.store import Node
 from theseus.train.config import EvalConfig
+from theseus.train.evaluations import example_limit
 from theseus.train.parts import dataclass_fields, parts, section_fields
 
-__all__ = ["Evaluate", "EvaluateSettings", "evaluation_parts"]
+__all__ = ["Evaluate", "EvaluateSettings", "evaluation_parts", "harness_tasks"]
 
 
 @dataclasses.dataclass
 class EvaluateSettings:
-    """``evaluate``: the ``checkpoint`` to evaluate (node id or nonce) and the ``tasks`` (evaluation part names).
+    """``evaluate``: the ``checkpoint`` to evaluate (node id or nonce), the ``tasks`` (evaluation part names), the
+    ``harness`` tasks (lm-evaluation-harness task names) and the ``include_path`` folders of YAML tasks of one's own.
 
-    >>> EvaluateSettings().tasks
-    []
+    >>> EvaluateSettings().tasks, EvaluateSettings().harness
+    ([], [])
     """
 
     checkpoint: str = ""
     tasks: list[str] = dataclasses.field(default_factory=list)
+    harness: list[str] = dataclasses.field(default_factory=list)
+    include_path: list[str] = dataclasses.field(default_factory=list)
+
+
+def harness_tasks(names: Any, include_path: Any = ()) -> Any:
+    """lm-eval's task index after checking ``names`` (`theseus.train.evals.harness.harness_tasks`); without the
+    optional ``eval`` group, an ImportError naming the command that installs it.
+
+    >>> harness_tasks(["sums"], ["/no/such/folder"])
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: include path /no/such/folder is not a folder (of lm-eval task YAML files)
+    """
+    from theseus.train.evals.harness import harness_tasks as check  # lazily: an optional dependency
+
+    return check([str(n) for n in names], [str(p) for p in include_path])
 
 
 def evaluation_parts(names: Any) -> list[type]:
@@ -105,7 +126,8 @@ class Evaluate(Job):
         """Resolve the checkpoint and the tasks, restore the trainer, check every part's settings."""
         super().setup()  # refuses a base: the evaluated node is a setting, the parent of this lineage
         settings = self.config.evaluate
-        self.parts = evaluation_parts(list(settings.tasks))
+        self.parts, self.harness_names = self._tasks(settings)
+        self.limit = self._limit() if self.harness_names else None
         if not settings.checkpoint:
             raise ValueError("evaluate.checkpoint is empty: give a node id with a checkpoint, or a run's nonce")
         foreign = [p.name for p in self.parts if p.Config is not None and p.section != "eval"]
@@ -113,6 +135,7 @@ class Evaluate(Job):
             raise NotImplementedError(f"evaluation {foreign[0]!r} keeps its settings outside the eval section; "
                                       f"{self.key} cannot run it")
         node, _ = checkpoint_for(self.store, str(settings.checkpoint))
+        self.harness = harness_tasks(self.harness_names, settings.include_path) if self.harness_names else None
         settings.checkpoint = node.id  # recorded: the node evaluated, whichever way it was named
         self.evaluated = node
         self.node = Node(self.name, self.node.nonce, 0, node.id)  # a new lineage under the evaluated node
@@ -130,6 +153,26 @@ class Evaluate(Job):
         except BaseException:
             self.trainer.close()
             raise
+
+    @staticmethod
+    def _tasks(settings: Any) -> tuple[list[type], list[str]]:
+        """The evaluation parts and the harness task names of the ``evaluate`` settings, at least one of either."""
+        names = [str(t) for t in settings.harness]
+        found = evaluation_parts(list(settings.tasks)) if settings.tasks or not names else []
+        both = sorted({p.name for p in found} & set(names))
+        if both:
+            raise ValueError(f"{both[0]!r} is named as an evaluation and as a harness task: their keys "
+                             f"eval/{both[0]}/... would collide")
+        if settings.include_path and not names:
+            raise ValueError("evaluate.include_path is set but evaluate.harness names no lm-eval task to run")
+        return found, names
+
+    def _limit(self) -> int | None:
+        """The documents per harness task: ``eval.length`` (this job's, which the parts read too), None for all."""
+        limit = example_limit(self.config)
+        if limit != -1 and limit < 1:
+            raise ValueError(f"eval.length must be -1 (all examples) or a positive integer, got {limit}")
+        return None if limit == -1 else limit
 
     def settings_for(self, run_config: Any) -> Any:
         """The config the parts read: the evaluated run's, with this job's ``eval`` section over its own.
@@ -149,9 +192,23 @@ class Evaluate(Job):
         """Run the parts on the restored parameters; write and return their metrics."""
         step = int(self.trainer.step)
         try:
-            metrics = self.trainer.evaluate(parts=self.parts, config=self.eval_config)
+            metrics = self.trainer.evaluate(parts=self.parts, config=self.eval_config) if self.parts else {}
+            if self.harness is not None:
+                metrics = {**metrics, **self._harness(metrics)}
         finally:
             self.trainer.close()
         self.writer.write(self.node, {**metrics, "evaluate/checkpoint": self.evaluated.id,
-                                      "evaluate/tasks": ",".join(p.name for p in self.parts), "evaluate/step": step})
+                                      "evaluate/tasks": ",".join(p.name for p in self.parts),
+                                      "evaluate/harness": ",".join(self.harness_names), "evaluate/step": step})
         return metrics
+
+    def _harness(self, metrics: dict[str, Any]) -> dict[str, float]:
+        """The harness tasks' keys on the restored parameters, the first ``eval.length`` documents of each."""
+        from theseus.train.evals.harness import TheseusLM, harness
+
+        keys, _ = harness(TheseusLM.from_trainer(self.trainer), self.harness_names, manager=self.harness,
+                          limit=self.limit)
+        clash = sorted(set(keys) & set(metrics))
+        if clash:
+            raise ValueError(f"the harness's {clash[0]} is also an evaluation's key: rename one of the tasks")
+        return keys

@@ -2,8 +2,10 @@
 HellaSwag, ARC, PIQA and MMLU).
 
 Each choice is scored as the continuation of the context (`loglikelihood`); the prediction
-is the choice of highest log-likelihood (``acc``), or of highest log-likelihood per UTF-8
-byte of the choice's text (``acc_norm``, as lm-evaluation-harness normalises). The context
+is the choice of highest log-likelihood (``acc``), or of highest log-likelihood per character
+of the choice's text (``acc_norm``, as lm-evaluation-harness normalises: its choices are
+counted without the space that separates them from the context, which the loaders here put
+at the start of each choice; `choice_length`). The context
 and a choice are encoded together and split where the context's tokens end, so a choice
 starting with a space tokenizes as it would in running text; whitespace ending the
 context moves to the start of the choices.
@@ -31,7 +33,7 @@ from theseus.train.generate import tokenizer_of
 from theseus.train.parts import part
 
 __all__ = ["ChoiceResult", "MultipleChoice", "MultipleChoiceFiles", "MultipleChoiceSettings", "Question",
-           "choice_pairs", "multiple_choice"]
+           "choice_length", "choice_pairs", "multiple_choice"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +63,7 @@ class Question:
 @dataclasses.dataclass(frozen=True)
 class ChoiceResult:
     """What `multiple_choice` returns: per question the ``loglikelihoods`` of its choices, the ``predictions``
-    (raw) and ``predictions_norm`` (per byte), and the accuracies ``acc`` and ``acc_norm``.
+    (raw) and ``predictions_norm`` (per character, `choice_length`), and the accuracies ``acc`` and ``acc_norm``.
 
     >>> ChoiceResult(((-1.0, -2.0),), (0,), (0,), 1.0, 1.0).acc
     1.0
@@ -100,10 +102,20 @@ def choice_pairs(tokenizer: Any, context: str, choices: Sequence[str]) -> list[t
     return pairs
 
 
+def choice_length(choice: str) -> int:
+    """The length ``acc_norm`` divides a choice's log-likelihood by: its characters, less one leading space (the
+    delimiter between context and choice, which lm-evaluation-harness's ``acc_norm`` does not count); at least 1.
+
+    >>> choice_length(" blue"), choice_length("blue"), choice_length(" ")
+    (4, 4, 1)
+    """
+    return max(len(choice[1:] if choice.startswith(" ") else choice), 1)
+
+
 def multiple_choice(model: Any, params: Any, tokenizer: Any, questions: Sequence[Question], *,
                     batch_size: int = 16, sizes: tuple[int, int] | None = None) -> ChoiceResult:
-    """Score every choice of every question and pick the likeliest (raw and per byte). ``sizes``:
-    ``(block_size, vocab_size)`` of a model without a ``config``.
+    """Score every choice of every question and pick the likeliest (raw and per character, `choice_length`).
+    ``sizes``: ``(block_size, vocab_size)`` of a model without a ``config``.
 
     >>> import jax, jax.numpy as jnp
     >>> from theseus.data.tokenizer import get_tokenizer
@@ -126,7 +138,7 @@ def multiple_choice(model: Any, params: Any, tokenizer: Any, questions: Sequence
     scored = iter(loglikelihood(model, params, pairs, batch_size=batch_size, sizes=sizes))
     lls = tuple(tuple(next(scored).logprob for _ in question.choices) for question in questions)
     raw = tuple(int(np.argmax(ll)) for ll in lls)
-    norm = tuple(int(np.argmax([v / max(len(c.encode("utf-8")), 1) for v, c in zip(ll, question.choices)]))
+    norm = tuple(int(np.argmax([v / choice_length(c) for v, c in zip(ll, question.choices)]))
                  for ll, question in zip(lls, questions))
     labels = [question.label for question in questions]
     acc = float(np.mean([p == label for p, label in zip(raw, labels)]))
