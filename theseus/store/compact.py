@@ -197,6 +197,7 @@ def _merge(shapes: list[_Shape], batch) -> pa.Buffer:
         for wanted in batches:
             by_key: dict[str, list[pa.Table]] = {}
             for table in batch(set(wanted)):
+                table = table.cast(_plain(table.schema)).cast(SEGMENT_SCHEMA)  # decoded once, not per key
                 _, index = index_of(table)
                 for key, (start, stop, *_) in index["blocks"].items():
                     if key in wanted:
@@ -216,8 +217,8 @@ def _merge(shapes: list[_Shape], batch) -> pa.Buffer:
 
 
 def _merge_key(parts: list[pa.Table]) -> pa.Table:
-    """The rows of one key from several segments, in (seq, stamp, writer) order, identical records once."""
-    parts = [p.cast(_plain(p.schema)).cast(SEGMENT_SCHEMA) for p in parts]
+    """The rows of one key from several segments (plain strings), in (seq, stamp, writer) order, identical
+    records once."""
     merged = pa.concat_tables(parts)  # chunked: written part by part, never copied into one
     ranges = [(p["seq"][0].as_py(), p["seq"][-1].as_py()) for p in parts]
     if all(a[1] < b[0] for a, b in zip(ranges, ranges[1:])):
