@@ -15,6 +15,7 @@ file (the second gives way).
 from __future__ import annotations
 
 import hashlib
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,6 +37,8 @@ from theseus.store.segments import (
     sort_records,
 )
 
+MERGE_BATCH_ROWS = 1 << 20  # a run larger than this is merged a few keys at a time, its segments read per batch
+
 
 def compact_run(index: Index, paths: list[str]) -> str | None:
     """Merge ``paths`` (segments of one run) into one new segment; returns its path.
@@ -43,25 +46,46 @@ def compact_run(index: Index, paths: list[str]) -> str | None:
     Rows are ordered by key, seq, stamp and writer, with the block index of
     ``segments`` in the footer, like a writer's segment. The merge streams key by key:
     each segment is held with its strings dictionary-encoded, and only the rows of one
-    key are decoded, sorted and written at a time.
+    key are decoded, sorted and written at a time. A run of more than ``MERGE_BATCH_ROWS``
+    rows is not held whole: its segments are read once to learn their keys, then once per
+    batch of keys holding about that many rows, keeping only that batch's rows.
     """
     if len(paths) < 2:
         return None
-    tables, read = [], []
+    tables, read, shapes = [], [], []
     for path in paths:
         table = _read_segment(index, path)
         if table is not None:  # None: retired by a concurrent compaction, its records live in the merged file
-            tables.append(table)
+            shapes.append(_Shape.of(table))
             read.append(path)
-    if len(tables) < 2:
+            if sum(s.rows for s in shapes) <= MERGE_BATCH_ROWS:
+                tables.append(table)
+            else:
+                tables = None  # too large to hold: re-read per batch of keys below
+    if len(read) < 2:
         return None
     name, nonce = partition_of(paths[0])
-    stamp = max(pc.max(t["stamp"]).as_py() or 0 for t in tables)
+    stamp = max(s.stamp for s in shapes)
     # the same segments read give the same name and bytes: a racing compaction of them publishes nothing new
     inputs = hashlib.sha256("\n".join(p.rsplit("/", 1)[-1] for p in read).encode()).hexdigest()[:16]
     target = f"{run_dir(index.path(), name, nonce)}/{segment_name(stamp, inputs, 0, prefix='c')}"
+    if tables is not None:
+        data = merge_tables(tables)
+    else:
+        def batch(keys: set[str]) -> list[pa.Table]:
+            found = []
+            for path in read:
+                table = _read_segment(index, path)
+                if table is None:  # retired since the first read: give way to the compaction that merged it
+                    raise FileNotFoundError(path)
+                found.append(_only_keys(table, keys))
+            return found
+        try:
+            data = _merge(shapes, batch)
+        except FileNotFoundError:
+            return None
     try:
-        rootfs.publish(index.fs, target, merge_tables(tables), exclusive=True)
+        rootfs.publish(index.fs, target, data, exclusive=True)
     except FileExistsError:
         return None  # published by a concurrent compaction of the same segments, which retires them
     for path in read:
@@ -71,6 +95,34 @@ def compact_run(index: Index, paths: list[str]) -> str | None:
             pass
     index.footers.forget(paths)
     return target
+
+
+class _Shape(NamedTuple):
+    """What a merge needs to know of a segment before holding its rows: rows per key, highest
+    stamp, and the columns without nulls."""
+
+    keys: dict[str, int]
+    stamp: int
+    filled: frozenset[str]
+
+    @property
+    def rows(self) -> int:
+        return sum(self.keys.values())
+
+    @staticmethod
+    def of(table: pa.Table) -> _Shape:
+        _, index = index_of(table)
+        return _Shape({k: b[1] - b[0] for k, b in index["blocks"].items()}, pc.max(table["stamp"]).as_py() or 0,
+                      frozenset(c for c in SEGMENT_SCHEMA.names if table.column(c).null_count == 0))
+
+
+def _only_keys(table: pa.Table, keys: set[str]) -> pa.Table:
+    """The rows of ``keys`` in ``table`` (sorted by key), copied so the rest of it can be freed."""
+    _, index = index_of(table)
+    parts = [table.slice(b[0], b[1] - b[0]) for k, b in index["blocks"].items() if k in keys]
+    if not parts:
+        return table.slice(0, 0)
+    return pa.concat_tables(parts).take(pa.array(range(sum(p.num_rows for p in parts)), pa.int64()))
 
 
 _STRINGS = ["node", "parent", "writer", "key", "str"]
@@ -117,40 +169,61 @@ def merge_tables(tables: list[pa.Table]) -> pa.Buffer:
     >>> parse_footer(pq.read_metadata(pa.BufferReader(data)), "s").blocks["a"]
     Block(start=0, stop=4, seq_min=0, seq_max=2, distinct=3, columns=('float',))
     """
-    rows = sum(t.num_rows for t in tables)
-    filled = {c for c in SEGMENT_SCHEMA.names if all(t.column(c).null_count == 0 for t in tables)}
+    return _merge([_Shape.of(t) for t in tables], lambda keys: tables)
+
+
+def _merge(shapes: list[_Shape], batch) -> pa.Buffer:
+    """One segment's bytes from segments of ``shapes``; ``batch(keys)`` gives their tables holding at
+    least the rows of ``keys`` (in :func:`sort_records` order), asked for batches of about
+    ``MERGE_BATCH_ROWS`` rows, keys in order."""
+    rows = sum(s.rows for s in shapes)
+    filled = set.intersection(*(set(s.filled) for s in shapes)) if shapes else set()
     large = rows >= SMALL_SEGMENT_ROWS
     schema = segment_schema(SEGMENT_SCHEMA, large, filled)
-    by_key: dict[str, list[pa.Table]] = {}
-    for table in tables:
-        keys, index = index_of(table)
-        for key, (start, stop, *_) in index["blocks"].items():
-            by_key.setdefault(key, []).append(table.slice(start, stop - start))
+    sizes: dict[str, int] = {}
+    for shape in shapes:
+        for key, n in shape.keys.items():
+            sizes[key] = sizes.get(key, 0) + n
+    batches, size = [], MERGE_BATCH_ROWS
+    for key in sorted(sizes):
+        if size + sizes[key] > MERGE_BATCH_ROWS and size:
+            batches.append([])
+            size = 0
+        batches[-1].append(key)
+        size += sizes[key]
     sink = pa.BufferOutputStream()
     keys, blocks, stamps, written = {}, {}, [], 0
     with segment_writer(sink, schema, large) as w:
-        for key in sorted(by_key):
-            merged = _merge_key(by_key.pop(key))
-            found, index = index_of(merged)
-            start, stop, *rest = index["blocks"][key]
-            blocks[key] = [written + start, written + stop, *rest]
-            keys[key] = found[key]
-            stamps += index["stamps"]
-            w.write_table(pa.Table.from_arrays(merged.columns, schema=schema), row_group_size=1 << 20)
-            written += merged.num_rows
+        for wanted in batches:
+            by_key: dict[str, list[pa.Table]] = {}
+            for table in batch(set(wanted)):
+                table = table.cast(_plain(table.schema)).cast(SEGMENT_SCHEMA)  # decoded once, not per key
+                _, index = index_of(table)
+                for key, (start, stop, *_) in index["blocks"].items():
+                    if key in wanted:
+                        by_key.setdefault(key, []).append(table.slice(start, stop - start))
+            for key in wanted:
+                merged = _merge_key(by_key.pop(key))
+                found, index = index_of(merged)
+                start, stop, *rest = index["blocks"][key]
+                blocks[key] = [written + start, written + stop, *rest]
+                keys[key] = found[key]
+                stamps += index["stamps"]
+                w.write_table(pa.Table.from_arrays(merged.columns, schema=schema), row_group_size=1 << 20)
+                written += merged.num_rows
         w.add_key_value_metadata(footer_metadata(keys, {"stamps": [min(stamps), max(stamps)] if stamps else None,
                                                         "blocks": blocks}))
     return sink.getvalue()
 
 
 def _merge_key(parts: list[pa.Table]) -> pa.Table:
-    """The rows of one key from several segments, in (seq, stamp, writer) order, identical records once."""
-    parts = [p.cast(_plain(p.schema)).cast(SEGMENT_SCHEMA) for p in parts]
-    merged = pa.concat_tables(parts).combine_chunks()
+    """The rows of one key from several segments (plain strings), in (seq, stamp, writer) order, identical
+    records once."""
+    merged = pa.concat_tables(parts)  # chunked: written part by part, never copied into one
     ranges = [(p["seq"][0].as_py(), p["seq"][-1].as_py()) for p in parts]
     if all(a[1] < b[0] for a, b in zip(ranges, ranges[1:])):
         return merged  # the segments hold consecutive seq ranges: already in order, nothing repeated
-    return unique_records(sort_records(merged))
+    return unique_records(sort_records(merged.combine_chunks()))
 
 
 def unique_records(table: pa.Table) -> pa.Table:

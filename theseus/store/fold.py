@@ -331,13 +331,30 @@ def _all_seqs(segments: list[_Segment]) -> np.ndarray:
 
 
 def _per_node(segments: list[_Segment], seqs: np.ndarray, column: str) -> pl.Series:
-    """Per node (in ``seqs`` order): its first non-null parent, or its highest write stamp."""
-    frame = pl.concat([pl.from_arrow(s.table.select(["seq", column])) for s in segments if s.table is not None])
-    if column == "parent":
-        per = frame.drop_nulls(column).unique("seq", keep="first", maintain_order=True)
-    else:
-        per = frame.group_by("seq").agg(pl.col(column).max())
+    """Per node (in ``seqs`` order): its first non-null parent, or its highest write stamp.
+
+    Reduced a slice of rows at a time (a run's records are several per node: one per key),
+    so only one slice and the per-node result are ever converted at once."""
+    def reduce(frame: pl.DataFrame) -> pl.DataFrame:
+        if column == "parent":
+            return frame.drop_nulls(column).unique("seq", keep="first", maintain_order=True)
+        return frame.group_by("seq", maintain_order=True).agg(pl.col(column).max())
+
+    per = None
+    for s in segments:
+        if s.table is None:
+            continue
+        table = s.table.select(["seq", column])
+        for start in range(0, max(table.num_rows, 1), _PER_NODE_ROWS):
+            part = reduce(pl.from_arrow(table.slice(start, _PER_NODE_ROWS)))
+            per = part if per is None else reduce(pl.concat([per, part]))
+    if per is None:
+        per = pl.DataFrame({"seq": [], column: []}, schema={"seq": pl.Int64, column: DTYPES[
+            "str" if column == "parent" else "int"]})
     return pl.DataFrame({"seq": seqs}).join(per, on="seq", how="left", maintain_order="left")[column]
+
+
+_PER_NODE_ROWS = 1 << 20  # rows of a fold's segments converted to a frame at once by _per_node
 
 
 def _align(seq: np.ndarray, value: pa.Array, seqs: np.ndarray, kind: str) -> pa.Array:
