@@ -16,8 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests import system_packages
+
+# Property tests check answers, not speed: on a shared 2-core machine an example's first run
+# (imports, a jit) can take longer than hypothesis's default 200 ms deadline.
+settings.register_profile("theseus", deadline=None)
+settings.load_profile("theseus")
 
 REPO = Path(__file__).resolve().parents[1]
 
