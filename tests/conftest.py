@@ -72,6 +72,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for_port(port: int, proc: subprocess.Popen, seconds: float, what: str, log: str | Path) -> None:
+    """Wait until ``proc`` accepts connections on 127.0.0.1:``port``; raise naming ``what`` with the end of its
+    ``log`` if it exits first or ``seconds`` pass."""
+    deadline = time.time() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"{what} did not start: {Path(log).read_text()[-2000:]}") from None
+            time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def scratch_registry():
     """Inside it, experiment files may be imported (``theseus.experiments``) and register their jobs; on
@@ -117,16 +131,11 @@ def gcs_emulator(tmp_path_factory):
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    deadline = time.time() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.time() > deadline:
-                proc.kill()
-                raise RuntimeError(f"gcp-storage-emulator did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.1)
+    try:
+        wait_for_port(port, proc, 30, "gcp-storage-emulator", log)
+    except RuntimeError:
+        proc.kill()
+        raise
     url = f"http://127.0.0.1:{port}"
     env = {
         "STORAGE_EMULATOR_HOST": url,

@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from tests.conftest import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -50,12 +51,6 @@ def browser(downloads: str | None = None) -> Iterator:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def ui_server(root: str, stale_after: float | None = None) -> Iterator[str]:
     """``theseus ui ROOT`` in a subprocess on 127.0.0.1; yields its URL, stops it afterwards."""
@@ -73,15 +68,7 @@ def ui_process(root: str, stale_after: float | None = None) -> Iterator[tuple[st
     log = tempfile.NamedTemporaryFile(prefix="theseus-ui-", suffix=".log", delete=False)
     proc = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    raise RuntimeError(f"theseus ui did not start: {Path(log.name).read_text()[-2000:]}") from None
-                time.sleep(0.2)
+        wait_for_port(port, proc, 120, "theseus ui", log.name)
         yield f"http://127.0.0.1:{port}", proc
     finally:
         proc.terminate()
