@@ -5,23 +5,12 @@ import importlib
 
 import pytest
 
-from theseus import jobs as jobs_module
-
 MODULES = ["theseus.config", "theseus.experiments", "theseus.jobs", "theseus.quick", "theseus.cli.app",
            "theseus.cli.errors", "theseus.logs", "theseus.data.jobs"]
 
 
-@pytest.fixture
-def restore_registry():
-    jobs_module.registry()  # the built-in jobs are loaded before the snapshot
-    before = dict(jobs_module._REGISTRY)
-    yield
-    jobs_module._REGISTRY.clear()
-    jobs_module._REGISTRY.update(before)
-
-
 @pytest.mark.parametrize("name", MODULES)
-def test_docstring_examples(name, restore_registry):
+def test_docstring_examples(name, scratch_experiments):  # the examples import and register; undone after
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
