@@ -57,11 +57,11 @@ logger.add(first_report, level="INFO")
 from theseus.quick import quick
 import start_bench
 stamps["imported"] = time.time()
-root, mode, steps, nonce = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+root, mode, steps, nonce, model = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 with quick(root) as q:
     if mode == "fresh":
         q.build("gpt/train/pretrain", {RUN!r})
-        start_bench.configure(q.config, steps)
+        start_bench.MODELS[model](q.config, steps)
     else:
         q.find().nonce(nonce).checkpoint().seq(2).resume()
         q.build()
@@ -87,6 +87,30 @@ def configure(config, steps: int) -> None:
     config.logging.validation_interval = steps
 
 
+def configure_quickstart(config, steps: int) -> None:
+    """The quickstart's model and data (``theseus.quickstart.configure``: a 2-layer, 64-wide GPT over the
+    100,288-token vocabulary, on pydoc), ``steps`` steps, a checkpoint every 2."""
+    from theseus.quickstart import configure as quickstart
+
+    quickstart(config, steps)
+    config.logging.report_interval = 1
+    config.logging.checkpoint_interval = 2
+    config.logging.validation_interval = steps
+
+
+#: the bench's models: ``--model`` picks one
+MODELS = {"synthetic": configure, "quickstart": configure_quickstart}
+
+
+def write_pydoc(root: str) -> None:
+    """The quickstart's dataset: the pydoc corpus tokenized into ``root`` (untimed)."""
+    from theseus.quick import quick
+
+    with quick(root) as q:
+        q.build("data/tokenize/pydoc", "tokenize-pydoc")
+        q()
+
+
 def write_dataset(root: str, tokens: int = 200_000, vocab: int = 128) -> None:
     """A learnable pattern ((7 i + noise) mod vocab) as the contiguous dataset ``synthetic``."""
     import numpy as np
@@ -100,7 +124,7 @@ def write_dataset(root: str, tokens: int = 200_000, vocab: int = 128) -> None:
         writer.append("val", pattern[tokens * 9 // 10:])
 
 
-def start(root: str, mode: str, steps: int, nonce: str, cache: str, pycache: str | None) -> dict[str, float]:
+def start(root: str, mode: str, steps: int, nonce: str, cache: str, pycache: str | None, model: str) -> dict[str, float]:
     """One start in a fresh process: seconds from its launch to imports done, job created, first report.
 
     ``pycache``: the folder of Python's bytecode cache (None: as this environment says).
@@ -112,7 +136,7 @@ def start(root: str, mode: str, steps: int, nonce: str, cache: str, pycache: str
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = pycache
     t0 = time.time()
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD), root, mode, str(steps), nonce],
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD), root, mode, str(steps), nonce, model],
                           env=env, capture_output=True, text=True)
     lines = [line[len(MARK):] for line in proc.stdout.splitlines() if line.startswith(MARK)]
     if proc.returncode != 0 or not lines:
@@ -133,15 +157,18 @@ def main() -> None:
     parser.add_argument("--no-bytecode-cache", action="store_true",
                         help="leave Python's bytecode cache as the environment says (default: on, in a private "
                              "folder that the untimed run fills)")
+    parser.add_argument("--model", choices=sorted(MODELS), default="quickstart",
+                        help="quickstart: the quickstart's 2-layer GPT on pydoc (default); synthetic: a 2-layer, "
+                             "128-wide GPT over a 128-token vocabulary")
     args = parser.parse_args()
 
     work = tempfile.mkdtemp(prefix="theseus-start-bench-")
     root = os.path.join(work, "root")
-    write_dataset(root)
+    (write_pydoc if args.model == "quickstart" else write_dataset)(root)
     pycache = None if args.no_bytecode_cache else os.path.join(work, "pycache")
-    run = functools.partial(start, root, steps=args.steps, pycache=pycache)
+    run = functools.partial(start, root, steps=args.steps, pycache=pycache, model=args.model)
     base = run("fresh", nonce="", cache="off")["nonce"]  # the run resumes restore from; compilation cache off
-    print(f"root {root}, base run {base} ({args.steps} steps, checkpoints every 2)", flush=True)
+    print(f"model {args.model}, root {root}, base run {base} ({args.steps} steps, checkpoints every 2)", flush=True)
 
     results: dict[str, list[dict]] = {"first": [], "second": [], "resume cold": [], "resume warm": []}
     for r in range(args.rounds):
