@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
+from theseus.store.fold import key_batches
 from theseus.store.index import Index
 from theseus.store.schema import INDEX_METADATA, KEYS_METADATA, SEGMENT_SCHEMA
 from theseus.store.segments import (
@@ -204,17 +205,10 @@ def _merge(shapes: list[_Shape], batch) -> pa.Buffer:
     for shape in shapes:
         for key, n in shape.keys.items():
             sizes[key] = sizes.get(key, 0) + n
-    batches, size = [], MERGE_BATCH_ROWS
-    for key in sorted(sizes):
-        if size + sizes[key] > MERGE_BATCH_ROWS and size:
-            batches.append([])
-            size = 0
-        batches[-1].append(key)
-        size += sizes[key]
     sink = pa.BufferOutputStream()
     keys, blocks, stamps, written = {}, {}, [], 0
     with segment_writer(sink, schema, large) as w:
-        for wanted in batches:
+        for wanted in key_batches(sizes, MERGE_BATCH_ROWS):
             by_key: dict[str, list[pa.Table]] = {}
             for held in batch(set(wanted)):
                 table = held.table.cast(_plain(held.table.schema)).cast(SEGMENT_SCHEMA)  # decoded once, not per key
