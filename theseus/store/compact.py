@@ -86,6 +86,8 @@ def compact_run(index: Index, paths: list[str]) -> str | None:
             data = _merge(shapes, batch)
         except FileNotFoundError:
             return None
+        finally:
+            pa.default_memory_pool().release_unused()  # the batches' buffers back to the system, not kept for reuse
     try:
         rootfs.publish(index.fs, target, data, exclusive=True)
     except FileExistsError:
