@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
+from theseus.store.fold import key_batches
 from theseus.store.index import Index
 from theseus.store.schema import INDEX_METADATA, KEYS_METADATA, SEGMENT_SCHEMA
 from theseus.store.segments import (
@@ -44,24 +45,25 @@ def compact_run(index: Index, paths: list[str]) -> str | None:
     """Merge ``paths`` (segments of one run) into one new segment; returns its path.
 
     Rows are ordered by key, seq, stamp and writer, with the block index of
-    ``segments`` in the footer, like a writer's segment. The merge streams key by key:
-    each segment is held with its strings dictionary-encoded, and only the rows of one
-    key are decoded, sorted and written at a time. A run of more than ``MERGE_BATCH_ROWS``
-    rows is not held whole: its segments are read once to learn their keys, then once per
-    batch of keys holding about that many rows, keeping only that batch's rows.
+    ``segments`` in the footer, like a writer's segment. Each segment is held with its
+    strings dictionary-encoded and its block index computed once; the merge decodes them
+    once per batch of keys, merges key by key and writes each batch as one Parquet write.
+    A run of more than ``MERGE_BATCH_ROWS`` rows is not held whole: its segments are read
+    once to learn their keys, then once per batch of keys holding about that many rows,
+    keeping only that batch's rows.
     """
     if len(paths) < 2:
         return None
-    tables, read, shapes = [], [], []
+    held, read, shapes = [], [], []
     for path in paths:
-        table = _read_segment(index, path)
-        if table is not None:  # None: retired by a concurrent compaction, its records live in the merged file
-            shapes.append(_Shape.of(table))
+        segment = _read_segment(index, path)
+        if segment is not None:  # None: retired by a concurrent compaction, its records live in the merged file
+            shapes.append(segment.shape)
             read.append(path)
             if sum(s.rows for s in shapes) <= MERGE_BATCH_ROWS:
-                tables.append(table)
+                held.append(segment)
             else:
-                tables = None  # too large to hold: re-read per batch of keys below
+                held = None  # too large to hold: re-read per batch of keys below
     if len(read) < 2:
         return None
     name, nonce = partition_of(paths[0])
@@ -69,21 +71,23 @@ def compact_run(index: Index, paths: list[str]) -> str | None:
     # the same segments read give the same name and bytes: a racing compaction of them publishes nothing new
     inputs = hashlib.sha256("\n".join(p.rsplit("/", 1)[-1] for p in read).encode()).hexdigest()[:16]
     target = f"{run_dir(index.path(), name, nonce)}/{segment_name(stamp, inputs, 0, prefix='c')}"
-    if tables is not None:
-        data = merge_tables(tables)
+    if held is not None:
+        data = _merge(shapes, lambda keys: held)
     else:
-        def batch(keys: set[str]) -> list[pa.Table]:
+        def batch(keys: set[str]) -> list[_Held]:
             found = []
             for path in read:
-                table = _read_segment(index, path)
-                if table is None:  # retired since the first read: give way to the compaction that merged it
+                segment = _read_segment(index, path)
+                if segment is None:  # retired since the first read: give way to the compaction that merged it
                     raise FileNotFoundError(path)
-                found.append(_only_keys(table, keys))
+                found.append(segment.only(keys))
             return found
         try:
             data = _merge(shapes, batch)
         except FileNotFoundError:
             return None
+        finally:
+            pa.default_memory_pool().release_unused()  # the batches' buffers back to the system, not kept for reuse
     try:
         rootfs.publish(index.fs, target, data, exclusive=True)
     except FileExistsError:
@@ -109,26 +113,43 @@ class _Shape(NamedTuple):
     def rows(self) -> int:
         return sum(self.keys.values())
 
+
+class _Held(NamedTuple):
+    """A segment's rows in :func:`sort_records` order and their block index (``index_of``'s blocks,
+    computed from the rows once)."""
+
+    table: pa.Table
+    blocks: dict[str, list]
+    stamps: list[int] | None
+
     @staticmethod
-    def of(table: pa.Table) -> _Shape:
+    def of(table: pa.Table) -> _Held:
         _, index = index_of(table)
-        return _Shape({k: b[1] - b[0] for k, b in index["blocks"].items()}, pc.max(table["stamp"]).as_py() or 0,
-                      frozenset(c for c in SEGMENT_SCHEMA.names if table.column(c).null_count == 0))
+        return _Held(table, index["blocks"], index["stamps"])
 
+    @property
+    def shape(self) -> _Shape:
+        return _Shape({k: b[1] - b[0] for k, b in self.blocks.items()}, self.stamps[1] if self.stamps else 0,
+                      frozenset(c for c in SEGMENT_SCHEMA.names if self.table.column(c).null_count == 0))
 
-def _only_keys(table: pa.Table, keys: set[str]) -> pa.Table:
-    """The rows of ``keys`` in ``table`` (sorted by key), copied so the rest of it can be freed."""
-    _, index = index_of(table)
-    parts = [table.slice(b[0], b[1] - b[0]) for k, b in index["blocks"].items() if k in keys]
-    if not parts:
-        return table.slice(0, 0)
-    return pa.concat_tables(parts).take(pa.array(range(sum(p.num_rows for p in parts)), pa.int64()))
+    def only(self, keys: set[str]) -> _Held:
+        """The rows of ``keys`` alone (blocks renumbered), copied so the rest of the table can be freed."""
+        parts, blocks, at = [], {}, 0
+        for key, (start, stop, *rest) in self.blocks.items():
+            if key in keys:
+                parts.append(self.table.slice(start, stop - start))
+                blocks[key] = [at, at + stop - start, *rest]
+                at += stop - start
+        if not parts:
+            return _Held(self.table.slice(0, 0), {}, self.stamps)
+        table = pa.concat_tables(parts).take(pa.array(range(at), pa.int64()))
+        return _Held(table, blocks, self.stamps)
 
 
 _STRINGS = ["node", "parent", "writer", "key", "str"]
 
 
-def _read_segment(index: Index, path: str) -> pa.Table | None:
+def _read_segment(index: Index, path: str) -> _Held | None:
     """A whole segment in :func:`sort_records` order, its string columns dictionary-encoded
     (None when it is gone); a damaged one is a CorruptSegment naming it."""
     try:
@@ -148,7 +169,8 @@ def _read_segment(index: Index, path: str) -> pa.Table | None:
     table = table.replace_schema_metadata(None)
     if INDEX_METADATA not in metadata:  # no block index (optional in the format): order the rows here
         table = sort_records(table.cast(_plain(table.schema)))
-    return table
+    # the index is computed from the rows, never taken from the footer: a forged one must not mislabel records
+    return _Held.of(table)
 
 
 def _plain(schema: pa.Schema) -> pa.Schema:
@@ -169,13 +191,14 @@ def merge_tables(tables: list[pa.Table]) -> pa.Buffer:
     >>> parse_footer(pq.read_metadata(pa.BufferReader(data)), "s").blocks["a"]
     Block(start=0, stop=4, seq_min=0, seq_max=2, distinct=3, columns=('float',))
     """
-    return _merge([_Shape.of(t) for t in tables], lambda keys: tables)
+    held = [_Held.of(t) for t in tables]
+    return _merge([h.shape for h in held], lambda keys: held)
 
 
 def _merge(shapes: list[_Shape], batch) -> pa.Buffer:
-    """One segment's bytes from segments of ``shapes``; ``batch(keys)`` gives their tables holding at
-    least the rows of ``keys`` (in :func:`sort_records` order), asked for batches of about
-    ``MERGE_BATCH_ROWS`` rows, keys in order."""
+    """One segment's bytes from segments of ``shapes``; ``batch(keys)`` gives them as :class:`_Held`
+    holding at least the rows of ``keys``, asked for batches of about ``MERGE_BATCH_ROWS`` rows,
+    keys in order. Each batch is one Parquet write (row groups of at most 2**20 rows)."""
     rows = sum(s.rows for s in shapes)
     filled = set.intersection(*(set(s.filled) for s in shapes)) if shapes else set()
     large = rows >= SMALL_SEGMENT_ROWS
@@ -184,33 +207,24 @@ def _merge(shapes: list[_Shape], batch) -> pa.Buffer:
     for shape in shapes:
         for key, n in shape.keys.items():
             sizes[key] = sizes.get(key, 0) + n
-    batches, size = [], MERGE_BATCH_ROWS
-    for key in sorted(sizes):
-        if size + sizes[key] > MERGE_BATCH_ROWS and size:
-            batches.append([])
-            size = 0
-        batches[-1].append(key)
-        size += sizes[key]
     sink = pa.BufferOutputStream()
     keys, blocks, stamps, written = {}, {}, [], 0
     with segment_writer(sink, schema, large) as w:
-        for wanted in batches:
+        for wanted in key_batches(sizes, MERGE_BATCH_ROWS):
             by_key: dict[str, list[pa.Table]] = {}
-            for table in batch(set(wanted)):
-                table = table.cast(_plain(table.schema)).cast(SEGMENT_SCHEMA)  # decoded once, not per key
-                _, index = index_of(table)
-                for key, (start, stop, *_) in index["blocks"].items():
+            for held in batch(set(wanted)):
+                table = held.table.cast(_plain(held.table.schema)).cast(SEGMENT_SCHEMA)  # decoded once, not per key
+                for key, (start, stop, *_) in held.blocks.items():
                     if key in wanted:
                         by_key.setdefault(key, []).append(table.slice(start, stop - start))
-            for key in wanted:
-                merged = _merge_key(by_key.pop(key))
-                found, index = index_of(merged)
-                start, stop, *rest = index["blocks"][key]
+            out = pa.concat_tables([_merge_key(by_key.pop(key)) for key in wanted])  # chunked, not copied
+            found, index = index_of(out)
+            for key, (start, stop, *rest) in index["blocks"].items():
                 blocks[key] = [written + start, written + stop, *rest]
-                keys[key] = found[key]
-                stamps += index["stamps"]
-                w.write_table(pa.Table.from_arrays(merged.columns, schema=schema), row_group_size=1 << 20)
-                written += merged.num_rows
+            keys.update(found)
+            stamps += index["stamps"] or []
+            w.write_table(pa.Table.from_arrays(out.columns, schema=schema), row_group_size=1 << 20)
+            written += out.num_rows
         w.add_key_value_metadata(footer_metadata(keys, {"stamps": [min(stamps), max(stamps)] if stamps else None,
                                                         "blocks": blocks}))
     return sink.getvalue()

@@ -87,15 +87,15 @@ def fold_run(
     >>> run.frame.rows()
     [(0, 5.0, None), (1, 2.0, 'x')]
     """
-    data, blocks_of, seqs, values = _fold_segments(fs, segments, keys, rows, parent, written, latest)
-    columns = [pl.Series("seq", seqs)]
+    folded = _fold_segments(fs, segments, keys, rows, parent, written, latest)
+    columns = [pl.Series("seq", folded.seqs)]
     if parent:
-        columns.append(_per_node(data, seqs, "parent"))
+        columns.append(folded.per_node["parent"])
     if written:
-        columns.append(_per_node(data, seqs, "stamp").alias(WRITTEN))
+        columns.append(folded.per_node["stamp"].alias(WRITTEN))
     for key, kind in keys.items():
-        columns.append(pl.Series(key, values[key], dtype=DTYPES[kind]))
-    return RunFold(pl.DataFrame(columns), {k: _latest(blocks_of[k]) for k in latest if blocks_of[k]})
+        columns.append(pl.Series(key, folded.values[key], dtype=DTYPES[kind]))
+    return RunFold(pl.DataFrame(columns), folded.latest)
 
 
 def fold_values(fs: fsspec.AbstractFileSystem, segments: list[tuple[str, Footer]], keys: dict[str, str],
@@ -115,7 +115,7 @@ def fold_values(fs: fsspec.AbstractFileSystem, segments: list[tuple[str, Footer]
     >>> values["a"].to_pylist()
     [1.0, 3.0]
     """
-    return _fold_segments(fs, segments, keys, rows, False, False, ())[3]
+    return _fold_segments(fs, segments, keys, rows, False, False, ()).values
 
 
 def python_values(values: pa.Array) -> list:
@@ -131,33 +131,103 @@ def python_values(values: pa.Array) -> list:
     return values.to_pylist()
 
 
-def _fold_segments(fs, segments, keys, rows, parent, written,
-                   latest) -> tuple[list[_Segment], dict, np.ndarray, dict[str, pa.Array]]:
-    """Read what a fold needs from ``segments`` and fold each key: ``(segments read, blocks
-    by key, seqs of the nodes, {key: its values at those seqs})``."""
-    data = [_Segment(fs, path, footer) for path, footer in segments]
-    blocks_of = {k: _blocks(data, k) for k in dict.fromkeys([*keys, *latest, *(rows or [])])}
-    overlap = {k: _overlapping(b) for k, b in blocks_of.items()}
-    for key, found in blocks_of.items():
-        for seg, block in found:
-            stamps = ("stamp", "writer") if overlap[key] or key in latest else ()
-            seq = () if _seq_implied(block) and seg.footer.rows >= SMALL_SEGMENT_ROWS else ("seq",)
-            seg.need(block, (*seq, *block.columns, *stamps))
-    for seg in data:
-        if rows is None and not all(b.dense for b in seg.footer.blocks.values()):
-            seg.need(None, ("seq",))
-        if parent:
-            seg.need(None, ("seq", "parent"))
-        if written:
-            seg.need(None, ("seq", "stamp"))
-    for seg in data:
-        seg.load()
+FOLD_BATCH_ROWS = 1 << 20  # a run with more rows to read is folded a batch of keys of about this many rows at a time
 
-    folded = {}
-    for key in dict.fromkeys([*keys, *(rows or [])]):
-        folded[key] = _fold_key(blocks_of[key], keys.get(key, "str"), overlap[key])
-    seqs = _all_seqs(data) if rows is None else _union([folded[k][0] for k in rows])
-    return data, blocks_of, seqs, {key: _align(*folded[key], seqs, kind) for key, kind in keys.items()}
+
+def key_batches(sizes: dict[str, int], limit: int) -> list[list[str]]:
+    """``sizes``' keys (``{key: rows}``) in order, cut into batches of at most ``limit`` rows
+    (a larger key alone), what a fold or a merge of a large run holds at once.
+
+    >>> key_batches({"b": 2, "a": 2, "c": 5}, 4)
+    [['a', 'b'], ['c']]
+    """
+    batches, size = [], limit
+    for key in sorted(sizes):
+        if size + sizes[key] > limit and size:
+            batches.append([])
+            size = 0
+        batches[-1].append(key)
+        size += sizes[key]
+    return batches
+
+
+class _Folded(NamedTuple):
+    """What :func:`_fold_segments` gives: the nodes' seqs, each key's values at them, the per-node
+    columns asked for (``parent``, ``stamp``) and the latest records asked for."""
+
+    seqs: np.ndarray
+    values: dict[str, pa.Array]
+    per_node: dict[str, pl.Series]
+    latest: dict[str, tuple]
+
+
+def _fold_segments(fs, segments, keys, rows, parent, written, latest) -> _Folded:
+    """Read what a fold needs from ``segments`` and fold each key.
+
+    A run of more than ``FOLD_BATCH_ROWS`` rows to read is read a batch of keys at a time
+    (:func:`_batches`): each batch's blocks are read, folded into per-key results and
+    per-node reductions, and freed before the next, so memory holds one batch's rows and
+    the per-node results, never the whole run."""
+    wanted = list(dict.fromkeys([*keys, *latest, *(rows or [])]))
+    folded_keys = list(dict.fromkeys([*keys, *(rows or [])]))
+    # the parent, the write stamp and the list of nodes come from every block, not only the wanted keys'
+    every = parent or written or rows is None
+    folded, found_latest, ranges, seq_parts = {}, {}, set(), []
+    per_node = {c: _PerNode(c) for c, asked in (("parent", parent), ("stamp", written)) if asked}
+    for batch in _batches(segments, wanted, every):
+        data = [_Segment(fs, path, footer) for path, footer in segments]
+        blocks_of = {k: _blocks(data, k) for k in wanted if batch is None or k in batch}
+        overlap = {k: _overlapping(b) for k, b in blocks_of.items()}
+        for key, found in blocks_of.items():
+            for seg, block in found:
+                stamps = ("stamp", "writer") if overlap[key] or key in latest else ()
+                seq = () if _seq_implied(block) and seg.footer.rows >= SMALL_SEGMENT_ROWS else ("seq",)
+                seg.need(block, (*seq, *block.columns, *stamps))
+        own = [[(k, b) for k, b in seg.footer.blocks.items() if batch is None or k in batch] for seg in data]
+        for seg, blocks in zip(data, own):
+            for _, block in blocks:
+                if rows is None and not block.dense:
+                    seg.need(block, ("seq",))
+                if parent:
+                    seg.need(block, ("seq", "parent"))
+                if written:
+                    seg.need(block, ("seq", "stamp"))
+            seg.load()
+        for key in folded_keys:
+            if key in blocks_of:
+                folded[key] = _fold_key(blocks_of[key], keys.get(key, "str"), overlap[key])
+        found_latest.update({k: _latest(blocks_of[k]) for k in latest if blocks_of.get(k)})
+        if rows is None:
+            for seg, blocks in zip(data, own):
+                for _, b in blocks:
+                    if b.dense:
+                        ranges.add((b.seq_min, b.seq_max))
+                    else:
+                        seq_parts.append(seg.column("seq", b).to_numpy())
+        for reduction in per_node.values():
+            reduction.add(data)
+    for key in folded_keys:
+        if key not in folded:  # in no segment, so in no batch
+            folded[key] = _fold_key([], keys.get(key, "str"), False)
+    seqs = _all_seqs(ranges, seq_parts) if rows is None else _union([folded[k][0] for k in rows])
+    return _Folded(seqs, {key: _align(*folded[key], seqs, kind) for key, kind in keys.items()},
+                   {c: r.result(seqs) for c, r in per_node.items()}, found_latest)
+
+
+def _batches(segments: list[tuple[str, Footer]], wanted: list[str], every: bool) -> list[set[str] | None]:
+    """The batches of keys a fold reads together: ``[None]`` (everything at once) for a run of at most
+    ``FOLD_BATCH_ROWS`` rows to read or with a segment without a block index; else :func:`key_batches`
+    of the ``wanted`` keys' blocks (of every key's, when ``every``)."""
+    sizes: dict[str, int] = {}
+    for _, footer in segments:
+        if footer.blocks is None:
+            return [None]
+        for key, block in footer.blocks.items():
+            if every or key in wanted:
+                sizes[key] = sizes.get(key, 0) + block.stop - block.start
+    if sum(sizes.values()) <= FOLD_BATCH_ROWS:
+        return [None]
+    return [set(batch) for batch in key_batches(sizes, FOLD_BATCH_ROWS)]
 
 
 def with_identity(frame: pl.DataFrame, name: str, nonce: str) -> pl.DataFrame:
@@ -213,6 +283,13 @@ class _Segment:
         self.table = read_columns(self.fs, self.path, self.footer, sorted(self.columns), groups)
         sizes = np.diff(self.starts)[groups]
         self.base = dict(zip(groups, (np.cumsum(sizes) - sizes).tolist()))
+
+    def positions(self) -> np.ndarray:
+        """The segment row number of each loaded row."""
+        if not self.groups:
+            return np.arange(self.table.num_rows, dtype=np.int64)
+        return np.concatenate([np.arange(self.starts[g], self.starts[g + 1], dtype=np.int64)
+                               for g in sorted(self.groups)])
 
     def rows(self, start: int, stop: int) -> tuple[int, int]:
         """Where segment rows ``start:stop`` are in the loaded table."""
@@ -313,48 +390,94 @@ def _union(arrays: list[np.ndarray]) -> np.ndarray:
     return out
 
 
-def _all_seqs(segments: list[_Segment]) -> np.ndarray:
-    """Every seq with a record in the run, from dense blocks' ranges where the footer allows."""
-    ranges: set[tuple[int, int]] = set()
-    parts = []
-    for seg in segments:
-        for b in seg.footer.blocks.values():
-            if b.dense:
-                ranges.add((b.seq_min, b.seq_max))
-            else:
-                parts.append(seg.column("seq", b).to_numpy())
+def _all_seqs(ranges: set[tuple[int, int]], parts: list[np.ndarray]) -> np.ndarray:
+    """Every seq with a record in the run, from dense blocks' ``ranges`` (as the footer gives them)
+    and the seqs of the other blocks (``parts``).
+
+    >>> _all_seqs({(0, 2)}, []), _all_seqs({(0, 1), (3, 3)}, [np.array([5, 7])])
+    (array([0, 1, 2]), array([0, 1, 3, 5, 7]))
+    """
     if len(ranges) == 1 and not parts:
         lo, hi = next(iter(ranges))
         return np.arange(lo, hi + 1, dtype=np.int64)
-    parts += [np.arange(lo, hi + 1, dtype=np.int64) for lo, hi in ranges]
+    parts = [*parts, *(np.arange(lo, hi + 1, dtype=np.int64) for lo, hi in ranges)]
     return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
 
 
-def _per_node(segments: list[_Segment], seqs: np.ndarray, column: str) -> pl.Series:
-    """Per node (in ``seqs`` order): its first non-null parent, or its highest write stamp.
+class _PerNode:
+    """Per node: its first non-null parent (in segment, then row order), or its highest write stamp,
+    reduced a slice of rows at a time (a run's records are several per node: one per key), so only
+    one slice and the per-node result are ever converted at once.
 
-    Reduced a slice of rows at a time (a run's records are several per node: one per key),
-    so only one slice and the per-node result are ever converted at once."""
-    def reduce(frame: pl.DataFrame) -> pl.DataFrame:
-        if column == "parent":
-            return frame.drop_nulls(column).unique("seq", keep="first", maintain_order=True)
-        return frame.group_by("seq", maintain_order=True).agg(pl.col(column).max())
+    A parent keeps its position in the run (``_ORDER``: segment number, row number) and the first
+    position wins, so slices and batches of keys combine in any order, and rows loaded twice (a row
+    group holding keys of two batches) change nothing, as they change no highest stamp. A slice of
+    one key's block (seqs ascending, once each) is already one row per node."""
 
-    per = None
-    for s in segments:
-        if s.table is None:
-            continue
-        table = s.table.select(["seq", column])
-        for start in range(0, max(table.num_rows, 1), _PER_NODE_ROWS):
-            part = reduce(pl.from_arrow(table.slice(start, _PER_NODE_ROWS)))
-            per = part if per is None else reduce(pl.concat([per, part]))
-    if per is None:
-        per = pl.DataFrame({"seq": [], column: []}, schema={"seq": pl.Int64, column: DTYPES[
-            "str" if column == "parent" else "int"]})
-    return pl.DataFrame({"seq": seqs}).join(per, on="seq", how="left", maintain_order="left")[column]
+    def __init__(self, column: str):
+        self.column = column
+        self.per: pl.DataFrame | None = None
+
+    def add(self, segments: list[_Segment]) -> None:
+        """Fold in the rows loaded in ``segments``."""
+        for number, s in enumerate(segments):
+            if s.table is None:
+                continue
+            table = s.table.select(["seq", self.column])
+            positions = s.positions() + (number << 40) if self.column == "parent" else None
+            for start in range(0, table.num_rows, _PER_NODE_ROWS):
+                part = pl.from_arrow(table.slice(start, _PER_NODE_ROWS))
+                if positions is not None:
+                    part = part.with_columns(pl.Series(_ORDER, positions[start:start + _PER_NODE_ROWS]))
+                part = self._reduce(part)
+                self.per = part if self.per is None else self._combine(self.per, part)
+
+    def _reduce(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """One row per seq of ``frame`` (its rows in position order), seqs ascending."""
+        if self.column == "parent":
+            frame = frame.drop_nulls(self.column)
+        seq = frame["seq"].to_numpy()
+        if bool((seq[1:] > seq[:-1]).all()):
+            return frame
+        if self.column == "parent":  # seq order, so the next slice or batch of keys combines in place
+            return frame.unique("seq", keep="first", maintain_order=True).sort("seq")
+        return frame.group_by("seq").agg(pl.col(self.column).max()).sort("seq")
+
+    def _combine(self, a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
+        """Two reductions (seqs ascending) as one: per seq, the parent at the first position, or the highest
+        stamp; a join only where their seqs differ."""
+        column = self.column
+        if a.height < b.height:
+            a, b = b, a  # either order gives the same answer
+        if b.height == 0:
+            return a
+        b = b.rename({column: "_b", **({_ORDER: "_b_order"} if column == "parent" else {})})
+        a_seq, b_seq = a["seq"].to_numpy(), b["seq"].to_numpy()
+        pos = np.minimum(np.searchsorted(b_seq, a_seq), len(b_seq) - 1)
+        hit = b_seq[pos] == a_seq
+        if np.count_nonzero(hit) == len(b_seq):  # b's seqs are among a's (the usual case): no join
+            found = pl.Series(hit)
+            both = a.with_columns(pl.when(found).then(c) for c in b.drop("seq")[pos].get_columns())
+        else:
+            both = a.join(b, on="seq", how="full", coalesce=True).sort("seq")
+        if column != "parent":
+            return both.select("seq", pl.max_horizontal(column, "_b").alias(column))
+        take = (pl.col("_b_order") < pl.col(_ORDER)) | pl.col(_ORDER).is_null()
+        return both.select("seq", pl.when(take).then(pl.col("_b")).otherwise(pl.col(column)).alias(column),
+                           pl.when(take).then(pl.col("_b_order")).otherwise(pl.col(_ORDER)).alias(_ORDER))
+
+    def result(self, seqs: np.ndarray) -> pl.Series:
+        """The reduced column at ``seqs`` (null where no row gave a value)."""
+        per = self.per
+        if per is None:
+            per = pl.DataFrame({"seq": [], self.column: []}, schema={"seq": pl.Int64, self.column: DTYPES[
+                "str" if self.column == "parent" else "int"]})
+        return pl.DataFrame({"seq": seqs}).join(per.select("seq", self.column), on="seq", how="left",
+                                                maintain_order="left")[self.column]
 
 
-_PER_NODE_ROWS = 1 << 20  # rows of a fold's segments converted to a frame at once by _per_node
+_PER_NODE_ROWS = 1 << 20  # rows of a fold's segments converted to a frame at once by _PerNode
+_ORDER = "_position"  # a row's place in the run: segment number << 40 | row number in the segment
 
 
 def _align(seq: np.ndarray, value: pa.Array, seqs: np.ndarray, kind: str) -> pa.Array:

@@ -8,7 +8,6 @@ that fold (``theseus audit``, through :func:`check_view`).
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import secrets
 import time
@@ -193,7 +192,10 @@ def _copied_parts(index: Index, views: Views, copied: dict[tuple[str, str], int]
     return parts
 
 
-def _encode(parts: dict[tuple[str, str], _Part], types: dict[str, str], listing: dict | None) -> bytes:
+_WRITE_ROWS = 16 * ROW_GROUP  # rows of a view converted to Arrow and written at once
+
+
+def _encode(parts: dict[tuple[str, str], _Part], types: dict[str, str], listing: dict | None) -> pa.Buffer:
     """A view file's bytes: the parts' rows (runs in order) and the footer record of what they fold."""
     signatures: dict[str, int] = {}
     run_table = {"name": [], "nonce": [], "start": [0], "segments": [], "stamp": [], "keys": [],
@@ -219,16 +221,18 @@ def _encode(parts: dict[tuple[str, str], _Part], types: dict[str, str], listing:
         pl.when(pl.col("parent").eq_missing(usual)).then(None).otherwise(pl.col("parent").fill_null("")).alias("parent"))
     meta = {"version": 3, "types": types, "runs": run_table, "signatures": [json.loads(s) for s in signatures],
             "listing": listing}
-    table = frame.to_arrow()
-    sink = io.BytesIO()
+    schema = frame.clear().to_arrow().schema
+    sink = pa.BufferOutputStream()  # grows without the copy a BytesIO's getvalue makes
     # no Arrow schema in the footer (it would repeat the metadata), statistics where they prune
     # float values hardly compress and are what a top-k reads: stored plain, the rest zstd
-    compression = {f.name: "none" if f.type == pa.float64() else "zstd" for f in table.schema}
+    compression = {f.name: "none" if f.type == pa.float64() else "zstd" for f in schema}
     # every page carries a CRC: a flipped byte is found (audit, row-group reads), never served as a value
-    with pq.ParquetWriter(sink, table.schema, compression=compression, store_schema=False, write_page_checksum=True,
+    with pq.ParquetWriter(sink, schema, compression=compression, store_schema=False, write_page_checksum=True,
                           write_statistics=["name", "nonce", "seq", RUN,
                                             *[k for k, t in types.items() if t != "str"]]) as w:
-        w.write_table(table, row_group_size=ROW_GROUP)
+        # converted to Arrow a few row groups at a time, never the whole frame at once
+        for start in range(0, max(frame.height, 1), _WRITE_ROWS):
+            w.write_table(frame.slice(start, _WRITE_ROWS).to_arrow(), row_group_size=ROW_GROUP)
         text = json.dumps(meta, separators=(",", ":"))
         w.add_key_value_metadata({VIEW_METADATA.decode(): text,
                                   VIEW_DIGEST.decode(): hashlib.sha256(text.encode()).hexdigest()})
