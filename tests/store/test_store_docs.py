@@ -23,6 +23,7 @@ MODULES = [
     "theseus.store.view_fold",
     "theseus.store.views",
     "theseus.store.summary",
+    "theseus.store.latest",
     "theseus.store.topk",
 ]
 

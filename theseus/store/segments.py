@@ -7,10 +7,13 @@ Every segment has the columns of ``schema.SEGMENT_SCHEMA`` and two footer entrie
   seq_max, distinct, [columns]]}}``. The rows of one key are contiguous (``start:stop``)
   and ordered by (seq, stamp, writer); ``distinct`` counts their seqs and ``columns``
   names the value columns they use. Readers fold a run from these blocks without
-  grouping or deduplicating whole segments (``theseus.store.fold``).
+  grouping or deduplicating whole segments (``theseus.store.fold``). The writer adds
+  ``"latest": {key: [stamp, writer, seq, column, value]}``, each key's most recent record
+  (``theseus.store.latest``), from which run summaries take their values without reading rows.
 
 The index is optional: a segment without ``theseus.index`` (written by hand or by
-another tool) is still read, its blocks computed in memory.
+another tool) is still read, its blocks computed in memory; so is ``latest`` (segments
+written before it, and merged ones, have none: their blocks are read instead).
 
 Segments are found by listing ``log/name=*/nonce=*/`` on every query. On local
 filesystems whose folder ctimes move with every entry added or removed (ext4, xfs,
@@ -40,6 +43,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
+from theseus.store import latest as latest_records
+from theseus.store.latest import Latest
 from theseus.store.layout import LOG
 from theseus.store.node import FULL_NAME_PATTERN, NONCE_PATTERN
 from theseus.store.schema import INDEX_METADATA, KEYS_METADATA, SEGMENT_SCHEMA, TYPES, merge_types
@@ -193,13 +198,15 @@ def index_of(table: pa.Table) -> tuple[dict[str, str], dict]:
 
 @dataclass(frozen=True)
 class Footer:
-    """What a segment's footer says: its keys and types, its blocks, its stamp range."""
+    """What a segment's footer says: its keys and types, its blocks, its stamp range, and (where
+    its writer recorded them) each key's latest record."""
 
     keys: dict[str, str]
     blocks: dict[str, Block] | None
     stamps: tuple[int, int] | None
     rows: int | None  # None: read from the theseus entries alone (FooterCache.indexes), never used to read rows
     meta: pq.FileMetaData | None = field(default=None, compare=False, repr=False)
+    latest: dict[str, Latest] | None = None  # None: not recorded (older and merged segments)
 
 
 def list_segments(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", nonce: str = "*",
@@ -643,18 +650,19 @@ def parse_footer(meta: pq.FileMetaData, url: str) -> Footer:
                     raise ValueError(f"column {f.name!r} is missing or not {f.type}")
     except ValueError as e:
         raise CorruptSegment(f"segment {url} has a bad theseus footer: {e}") from e
-    keys, blocks, stamps = parse_index(kv.get(KEYS_METADATA), kv.get(INDEX_METADATA), url, meta.num_rows)
-    return Footer(keys, blocks, stamps, meta.num_rows, meta)
+    keys, blocks, stamps, latest = parse_index(kv.get(KEYS_METADATA), kv.get(INDEX_METADATA), url, meta.num_rows)
+    return Footer(keys, blocks, stamps, meta.num_rows, meta, latest)
 
 
 def parse_index(raw_keys: bytes | str | None, raw_index: bytes | str | None, url: str,
-                rows: int | None) -> tuple[dict[str, str], dict[str, Block] | None, tuple[int, int] | None]:
-    """``(keys, blocks, stamps)`` of a segment from its two theseus footer entries (JSON texts),
-    checked: types, block shapes, and, given the file's ``rows``, that the blocks tile them;
-    anything wrong is a CorruptSegment naming ``url``.
+                rows: int | None) -> tuple[dict[str, str], dict[str, Block] | None, tuple[int, int] | None,
+                                           dict[str, Latest] | None]:
+    """``(keys, blocks, stamps, latest)`` of a segment from its two theseus footer entries (JSON
+    texts), checked: types, block shapes, latest records, and, given the file's ``rows``, that the
+    blocks tile them; anything wrong is a CorruptSegment naming ``url``.
 
     >>> parse_index('{"a": "float"}', '{"stamps": [5, 5], "blocks": {"a": [0, 1, 0, 0, 1, ["float"]]}}', "s", 1)[1:]
-    ({'a': Block(start=0, stop=1, seq_min=0, seq_max=0, distinct=1, columns=('float',))}, (5, 5))
+    ({'a': Block(start=0, stop=1, seq_min=0, seq_max=0, distinct=1, columns=('float',))}, (5, 5), None)
     """
     if raw_keys is None:
         raise CorruptSegment(f"segment {url} has no '{KEYS_METADATA.decode()}' footer: not a theseus segment")
@@ -665,9 +673,12 @@ def parse_index(raw_keys: bytes | str | None, raw_index: bytes | str | None, url
         raise CorruptSegment(f"segment {url} has a malformed theseus footer (not JSON): {e}") from e
     try:
         blocks, stamps = _check_index(keys, index, rows)
-    except (ValueError, KeyError, TypeError, IndexError) as e:
+        latest = index.get("latest") if blocks is not None else None
+        if latest is not None:
+            latest = latest_records.parse(latest, blocks, stamps)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
         raise CorruptSegment(f"segment {url} has a bad theseus footer: {e}") from e
-    return keys, blocks, stamps
+    return keys, blocks, stamps, latest
 
 
 def _check_index(keys, index, rows: int | None) -> tuple[dict[str, Block] | None, tuple[int, int] | None]:
@@ -776,6 +787,13 @@ def check_segment(fs: fsspec.AbstractFileSystem, path: str) -> pa.Table:
                                  + ("" if blocks.get(key) != block else " out of order"))
     if len(blocks) != len(footer.blocks) or found != footer.keys or stamps != footer.stamps:
         raise CorruptSegment(f"segment {url} has a bad theseus footer: its keys or stamps differ from its rows'")
+    if footer.latest is not None:
+        truth = latest_records.of_table(table, index["blocks"])
+        for key, latest in footer.latest.items():
+            if key not in truth or not latest_records.same(latest, latest_records.parse({key: truth[key]}, blocks,
+                                                                                         stamps)[key]):
+                raise CorruptSegment(f"segment {url} has a bad theseus footer: its latest record of key {key!r} "
+                                     f"is {tuple(latest)}, but the rows' is {truth.get(key)}")
     return table
 
 
@@ -843,7 +861,8 @@ class FooterCache:
                 if entries is None:
                     footer = self.footers([path])[0]  # names what is wrong, or it reads
                 else:
-                    footer = Footer(*parse_index(*entries, rootfs.url(self.fs, path), None), None, None)
+                    keys, blocks, stamps, latest = parse_index(*entries, rootfs.url(self.fs, path), None)
+                    footer = Footer(keys, blocks, stamps, None, None, latest)
                 self._light[path] = footer
             found.append(footer)
         return found
