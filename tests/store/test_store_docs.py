@@ -24,6 +24,7 @@ MODULES = [
     "theseus.store.views",
     "theseus.store.summary",
     "theseus.store.latest",
+    "theseus.store.tail",
     "theseus.store.topk",
 ]
 

@@ -4,6 +4,7 @@ during a compaction, and a forged entry is refused."""
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 
@@ -105,3 +106,17 @@ def test_a_forged_latest_record_is_refused(tmp_path):
     rewrite_footer(path, forged(99.0))  # a plausible value the rows do not hold: the audit finds it
     with pytest.raises(CorruptSegment, match="latest record of key 'loss'"):
         check_segment(store.fs, path)
+
+
+def test_runs_leaves_the_garbage_collector_as_it_found_it(tmp_path):
+    """The collector is paused while footers are parsed, and only restarted if it was running."""
+    store = Store(tmp_path)
+    messy_root(store)
+    try:
+        gc.disable()
+        Store(tmp_path).runs()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    Store(tmp_path).runs()
+    assert gc.isenabled()

@@ -28,7 +28,6 @@ import fnmatch
 import json
 import os
 import re
-import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from typing import Callable, NamedTuple, TypeVar
 
 import fsspec
 import numpy as np
+import orjson
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
 from theseus.store import latest as latest_records
+from theseus.store import tail
 from theseus.store.latest import Latest
 from theseus.store.layout import LOG
 from theseus.store.node import FULL_NAME_PATTERN, NONCE_PATTERN
@@ -667,8 +668,8 @@ def parse_index(raw_keys: bytes | str | None, raw_index: bytes | str | None, url
     if raw_keys is None:
         raise CorruptSegment(f"segment {url} has no '{KEYS_METADATA.decode()}' footer: not a theseus segment")
     try:
-        keys = json.loads(raw_keys)
-        index = json.loads(raw_index) if raw_index is not None else None
+        keys = orjson.loads(raw_keys)
+        index = orjson.loads(raw_index) if raw_index is not None else None
     except ValueError as e:
         raise CorruptSegment(f"segment {url} has a malformed theseus footer (not JSON): {e}") from e
     try:
@@ -857,12 +858,7 @@ class FooterCache:
         for path in paths:
             footer = self._footers.get(path) or self._light.get(path)
             if footer is None:
-                entries = _read_entries(path)
-                if entries is None:
-                    footer = self.footers([path])[0]  # names what is wrong, or it reads
-                else:
-                    keys, blocks, stamps, latest = parse_index(*entries, rootfs.url(self.fs, path), None)
-                    footer = Footer(keys, blocks, stamps, None, None, latest)
+                footer = _light_footer(path, rootfs.url(self.fs, path)) or self.footers([path])[0]
                 self._light[path] = footer
             found.append(footer)
         return found
@@ -892,19 +888,32 @@ class FooterCache:
             self._light.pop(p, None)
 
 
-def _read_entries(path: str) -> tuple[str, str | None] | None:
-    """A local segment's theseus footer entries (keys, index: JSON texts), read alone by Polars
-    (None when they cannot be read so: the caller reads the whole footer, whose errors name the problem)."""
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would block the read
-            return None
-        kv = pl.read_parquet_metadata(path, credential_provider=None)  # a local file: no credentials to look for
-    except FileNotFoundError:
-        raise
-    except Exception:
+def _light_footer(path: str, url: str) -> Footer | None:
+    """What a local segment's theseus footer entries say, read alone (:func:`_read_entries`) and
+    checked by :func:`parse_index`; None when they cannot be read so or fail the checks (the
+    caller reads the whole footer, whose errors name the problem)."""
+    entries = _read_entries(path)
+    if entries is None:
         return None
-    keys = kv.get(KEYS_METADATA.decode())
-    return None if keys is None else (keys, kv.get(INDEX_METADATA.decode()))
+    try:
+        keys, blocks, stamps, latest = parse_index(*entries, url, None)
+    except CorruptSegment:
+        return None
+    return Footer(keys, blocks, stamps, None, None, latest)
+
+
+def _read_entries(path: str) -> tuple[bytes, bytes | None] | None:
+    """A local segment's theseus footer entries (keys, index: JSON texts), read alone from the file's
+    end (``theseus.store.tail``; None when they cannot be read so: the caller reads the whole
+    footer, whose errors name the problem)."""
+    footer = tail.footer_bytes(path)
+    keys = None if footer is None else tail.entry(footer, KEYS_METADATA)
+    if keys is None:
+        return None
+    index = tail.entry(footer, INDEX_METADATA)
+    if index is None and INDEX_METADATA in footer:  # there, but not where one read finds it
+        return None
+    return keys, index
 
 
 def union_keys(key_sets) -> dict[str, str]:

@@ -12,7 +12,9 @@ the run's segment list.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -78,7 +80,8 @@ def summarize_runs(index: Any, runs: dict[tuple[str, str], list[str]]) -> dict[t
     True
     """
     found, partial, scans = {}, {}, []
-    with ThreadPoolExecutor(1) as pool:  # a chunk's scan (no GIL) runs while the next chunk's footers are read
+    # a chunk's scan (no GIL) runs while the next chunk's footers are read
+    with _collector_paused(), ThreadPoolExecutor(1) as pool:
         chunk: list[str] = []
         for number, (run, paths) in enumerate(runs.items()):
             summary = _from_footers(index.footers.indexes(paths))
@@ -94,6 +97,20 @@ def summarize_runs(index: Any, runs: dict[tuple[str, str], list[str]]) -> dict[t
     for run, (nodes, last, written, keys, known, _) in partial.items():
         found[run] = Summary(nodes, last, written, _newest(known, latest.get(run, {})), keys)
     return {run: found[run] for run in runs}
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Pause Python's cyclic garbage collector while the footers of many runs are parsed (when it was
+    running): they make many small objects (parsed JSON, blocks), none in a cycle, that the
+    collector would otherwise walk again each time their number crosses its thresholds."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _latest_records(paths: list[str]) -> dict[tuple[str, str], dict[str, tuple]]:
