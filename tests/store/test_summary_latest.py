@@ -9,6 +9,8 @@ import os
 import shutil
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.store._segments import rewrite_footer, segment_files
 from tests.store.test_run_summary import equal, messy_root, reference_runs
@@ -120,3 +122,30 @@ def test_runs_leaves_the_garbage_collector_as_it_found_it(tmp_path):
         gc.enable()
     Store(tmp_path).runs()
     assert gc.isenabled()
+
+
+values = st.one_of(st.floats(width=64), st.integers(-(2**62), 2**62))  # NaN and infinities too
+plan = st.lists(  # batches of (seq, key, value, status or None), each batch one writer (one segment)
+    st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["train/loss", "val/loss", "train/tokens"]), values,
+                       st.sampled_from([None, "running", "x" * 300])), min_size=1, max_size=5),
+    min_size=1, max_size=4)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=plan, stripped=st.lists(st.booleans(), min_size=4, max_size=4))
+def test_summaries_equal_the_fold_whichever_footers_keep_latest_records(tmp_path_factory, batches, stripped):
+    """Seqs rewritten by later writers, int and float values of one key, NaN, statuses (one longer
+    than a footer keeps), with the latest records stripped from any subset of the segments."""
+    store = Store(tmp_path_factory.mktemp("latest"))
+    start = Node.start("proj.latest.prop")
+    for batch in batches:
+        with store.writer() as w:
+            for seq, key, value, status in batch:
+                node = Node(start.name, start.nonce, seq)
+                w.write(node, {key: value})
+                if status is not None:
+                    w.status(node, status)
+    for path, strip in zip(segment_files(store), stripped):
+        if strip:
+            rewrite_footer(path, without_latest)
+    assert equal(Store(store.root).runs(), reference_runs(store))

@@ -53,8 +53,8 @@ def entry(stamp: int, writer: str, seq: int, column: str | None, value) -> list 
 def parse(raw: object, blocks: dict, stamps: tuple[int, int] | None) -> dict[str, Latest]:
     """The ``latest`` entries of a block index, checked against its ``blocks`` (``{key: Block}``) and
     ``stamps``: each names a key with a block, a stamp within the segment's, a seq within the
-    block's, a column the block uses and a value of that column's type; anything else is a
-    ValueError (the caller names the segment).
+    block's, a column the block uses and a value of that column's type (or no column and no
+    value: a row that fills none); anything else is a ValueError (the caller names the segment).
 
     >>> from theseus.store.segments import Block
     >>> blocks = {"a": Block(0, 2, 0, 1, 2, ("float",))}
@@ -74,7 +74,7 @@ def parse(raw: object, blocks: dict, stamps: tuple[int, int] | None) -> dict[str
         if (value is _BAD or block is None or stamps is None or type(e[0]) is not int or type(e[1]) is not str
                 or type(e[2]) is not int or not stamps[0] <= e[0] <= stamps[1]
                 or not block.seq_min <= e[2] <= block.seq_max
-                or (e[3] not in block.columns if e[3] is not None else block.columns)):
+                or (e[3] is not None and e[3] not in block.columns)):
             raise ValueError(f"key {key!r}: latest record {str(e)[:80]} "
                              "is not [stamp, writer, seq, column, value] of its block")
         found[key] = Latest(e[0], e[1], e[2], value)
