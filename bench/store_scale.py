@@ -1,7 +1,7 @@
 """The store at lab scale: what listing, compaction, a top-10 and memory cost as a root grows.
 
 Roots (generated once through the public writer, many runs per writer and one flush per
-chunk of steps, in two processes; cached under ``--cache``/scale-<runs>x<steps>x<flushes>
+chunk of steps, in two processes; cached under ``--cache``/scale-<runs>x<steps>x<flushes>-v<version>
 and reused while the generator's version is unchanged):
 
 - 100, 1,000 runs x 1,000 steps x 8 keys, 5 segments per run; 10,000 runs x 100 steps x 8
@@ -40,7 +40,7 @@ from theseus.store import Node, Store
 
 KEYS = ["train/loss", "train/tokens", "train/lr", "train/grad_norm",
         "train/step_time", "train/tokens_per_s", "val/loss", "train/acc"]  # train/tokens is int
-VERSION = 1
+VERSION = 2  # 2: segments whose footers keep each key's latest record (a new name: older roots stay for their code)
 RUNS_PER_FLUSH = 50  # runs buffered in one writer between flushes while generating
 
 
@@ -83,7 +83,7 @@ def _write_chunk(args) -> None:
 
 def build_root(cache: Path, runs: int, steps: int, flushes: int) -> Path:
     """The pristine root (cached): ``runs`` x ``steps`` x 8 keys, ``flushes`` segments per run."""
-    folder = cache / f"scale-{runs}x{steps}x{flushes}"
+    folder = cache / f"scale-{runs}x{steps}x{flushes}-v{VERSION}"
     done = folder / "done.json"
     if done.exists() and json.loads(done.read_text()).get("version") == VERSION:
         return folder

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 
 import numpy as np
@@ -13,10 +12,9 @@ import pytest
 from loguru import logger
 from typer.testing import CliRunner
 
-from tests.store._segments import segment_files
+from tests.store._segments import rewrite_footer, segment_files
 from theseus.cli import app
 from theseus.store import CorruptSegment, Node, Store
-from theseus.store.schema import INDEX_METADATA, KEYS_METADATA
 
 runner = CliRunner()
 
@@ -34,19 +32,6 @@ def write_run(root, steps: int = 3) -> Node:
 def only_segment(root) -> str:
     [path] = segment_files(Store(root))
     return path
-
-
-def rewrite_footer(path: str, edit) -> None:
-    """Rewrite a segment with its footer's ``{keys, index}`` (parsed JSON, or raw bytes) changed by ``edit``."""
-    table = pq.read_table(path)
-    meta = dict(table.schema.metadata)
-    keys, index = edit(json.loads(meta[KEYS_METADATA]), json.loads(meta[INDEX_METADATA]))
-    meta[KEYS_METADATA] = keys if isinstance(keys, bytes) else json.dumps(keys).encode()
-    if index is None:
-        meta.pop(INDEX_METADATA)
-    else:
-        meta[INDEX_METADATA] = json.dumps(index).encode()
-    pq.write_table(table.replace_schema_metadata(meta), path)
 
 
 def audit_cli(root) -> tuple[int, str]:

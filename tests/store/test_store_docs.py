@@ -23,6 +23,8 @@ MODULES = [
     "theseus.store.view_fold",
     "theseus.store.views",
     "theseus.store.summary",
+    "theseus.store.latest",
+    "theseus.store.tail",
     "theseus.store.topk",
 ]
 

@@ -7,10 +7,13 @@ Every segment has the columns of ``schema.SEGMENT_SCHEMA`` and two footer entrie
   seq_max, distinct, [columns]]}}``. The rows of one key are contiguous (``start:stop``)
   and ordered by (seq, stamp, writer); ``distinct`` counts their seqs and ``columns``
   names the value columns they use. Readers fold a run from these blocks without
-  grouping or deduplicating whole segments (``theseus.store.fold``).
+  grouping or deduplicating whole segments (``theseus.store.fold``). The writer adds
+  ``"latest": {key: [stamp, writer, seq, column, value]}``, each key's most recent record
+  (``theseus.store.latest``), from which run summaries take their values without reading rows.
 
 The index is optional: a segment without ``theseus.index`` (written by hand or by
-another tool) is still read, its blocks computed in memory.
+another tool) is still read, its blocks computed in memory; so is ``latest`` (segments
+written before it, and merged ones, have none: their blocks are read instead).
 
 Segments are found by listing ``log/name=*/nonce=*/`` on every query. On local
 filesystems whose folder ctimes move with every entry added or removed (ext4, xfs,
@@ -25,7 +28,6 @@ import fnmatch
 import json
 import os
 import re
-import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ from typing import Callable, NamedTuple, TypeVar
 
 import fsspec
 import numpy as np
+import orjson
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,6 +43,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
+from theseus.store import latest as latest_records
+from theseus.store import tail
+from theseus.store.latest import Latest
 from theseus.store.layout import LOG
 from theseus.store.node import FULL_NAME_PATTERN, NONCE_PATTERN
 from theseus.store.schema import INDEX_METADATA, KEYS_METADATA, SEGMENT_SCHEMA, TYPES, merge_types
@@ -193,13 +199,15 @@ def index_of(table: pa.Table) -> tuple[dict[str, str], dict]:
 
 @dataclass(frozen=True)
 class Footer:
-    """What a segment's footer says: its keys and types, its blocks, its stamp range."""
+    """What a segment's footer says: its keys and types, its blocks, its stamp range, and (where
+    its writer recorded them) each key's latest record."""
 
     keys: dict[str, str]
     blocks: dict[str, Block] | None
     stamps: tuple[int, int] | None
     rows: int | None  # None: read from the theseus entries alone (FooterCache.indexes), never used to read rows
     meta: pq.FileMetaData | None = field(default=None, compare=False, repr=False)
+    latest: dict[str, Latest] | None = None  # None: not recorded (older and merged segments)
 
 
 def list_segments(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", nonce: str = "*",
@@ -643,31 +651,35 @@ def parse_footer(meta: pq.FileMetaData, url: str) -> Footer:
                     raise ValueError(f"column {f.name!r} is missing or not {f.type}")
     except ValueError as e:
         raise CorruptSegment(f"segment {url} has a bad theseus footer: {e}") from e
-    keys, blocks, stamps = parse_index(kv.get(KEYS_METADATA), kv.get(INDEX_METADATA), url, meta.num_rows)
-    return Footer(keys, blocks, stamps, meta.num_rows, meta)
+    keys, blocks, stamps, latest = parse_index(kv.get(KEYS_METADATA), kv.get(INDEX_METADATA), url, meta.num_rows)
+    return Footer(keys, blocks, stamps, meta.num_rows, meta, latest)
 
 
 def parse_index(raw_keys: bytes | str | None, raw_index: bytes | str | None, url: str,
-                rows: int | None) -> tuple[dict[str, str], dict[str, Block] | None, tuple[int, int] | None]:
-    """``(keys, blocks, stamps)`` of a segment from its two theseus footer entries (JSON texts),
-    checked: types, block shapes, and, given the file's ``rows``, that the blocks tile them;
-    anything wrong is a CorruptSegment naming ``url``.
+                rows: int | None) -> tuple[dict[str, str], dict[str, Block] | None, tuple[int, int] | None,
+                                           dict[str, Latest] | None]:
+    """``(keys, blocks, stamps, latest)`` of a segment from its two theseus footer entries (JSON
+    texts), checked: types, block shapes, latest records, and, given the file's ``rows``, that the
+    blocks tile them; anything wrong is a CorruptSegment naming ``url``.
 
     >>> parse_index('{"a": "float"}', '{"stamps": [5, 5], "blocks": {"a": [0, 1, 0, 0, 1, ["float"]]}}', "s", 1)[1:]
-    ({'a': Block(start=0, stop=1, seq_min=0, seq_max=0, distinct=1, columns=('float',))}, (5, 5))
+    ({'a': Block(start=0, stop=1, seq_min=0, seq_max=0, distinct=1, columns=('float',))}, (5, 5), None)
     """
     if raw_keys is None:
         raise CorruptSegment(f"segment {url} has no '{KEYS_METADATA.decode()}' footer: not a theseus segment")
     try:
-        keys = json.loads(raw_keys)
-        index = json.loads(raw_index) if raw_index is not None else None
+        keys = orjson.loads(raw_keys)
+        index = orjson.loads(raw_index) if raw_index is not None else None
     except ValueError as e:
         raise CorruptSegment(f"segment {url} has a malformed theseus footer (not JSON): {e}") from e
     try:
         blocks, stamps = _check_index(keys, index, rows)
-    except (ValueError, KeyError, TypeError, IndexError) as e:
+        latest = index.get("latest") if blocks is not None else None
+        if latest is not None:
+            latest = latest_records.parse(latest, blocks, stamps)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
         raise CorruptSegment(f"segment {url} has a bad theseus footer: {e}") from e
-    return keys, blocks, stamps
+    return keys, blocks, stamps, latest
 
 
 def _check_index(keys, index, rows: int | None) -> tuple[dict[str, Block] | None, tuple[int, int] | None]:
@@ -776,6 +788,13 @@ def check_segment(fs: fsspec.AbstractFileSystem, path: str) -> pa.Table:
                                  + ("" if blocks.get(key) != block else " out of order"))
     if len(blocks) != len(footer.blocks) or found != footer.keys or stamps != footer.stamps:
         raise CorruptSegment(f"segment {url} has a bad theseus footer: its keys or stamps differ from its rows'")
+    if footer.latest is not None:
+        truth = latest_records.of_table(table, index["blocks"])
+        for key, latest in footer.latest.items():
+            if key not in truth or not latest_records.same(latest, latest_records.parse({key: truth[key]}, blocks,
+                                                                                         stamps)[key]):
+                raise CorruptSegment(f"segment {url} has a bad theseus footer: its latest record of key {key!r} "
+                                     f"is {tuple(latest)}, but the rows' is {truth.get(key)}")
     return table
 
 
@@ -839,11 +858,7 @@ class FooterCache:
         for path in paths:
             footer = self._footers.get(path) or self._light.get(path)
             if footer is None:
-                entries = _read_entries(path)
-                if entries is None:
-                    footer = self.footers([path])[0]  # names what is wrong, or it reads
-                else:
-                    footer = Footer(*parse_index(*entries, rootfs.url(self.fs, path), None), None, None)
+                footer = _light_footer(path, rootfs.url(self.fs, path)) or self.footers([path])[0]
                 self._light[path] = footer
             found.append(footer)
         return found
@@ -873,19 +888,32 @@ class FooterCache:
             self._light.pop(p, None)
 
 
-def _read_entries(path: str) -> tuple[str, str | None] | None:
-    """A local segment's theseus footer entries (keys, index: JSON texts), read alone by Polars
-    (None when they cannot be read so: the caller reads the whole footer, whose errors name the problem)."""
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO would block the read
-            return None
-        kv = pl.read_parquet_metadata(path, credential_provider=None)  # a local file: no credentials to look for
-    except FileNotFoundError:
-        raise
-    except Exception:
+def _light_footer(path: str, url: str) -> Footer | None:
+    """What a local segment's theseus footer entries say, read alone (:func:`_read_entries`) and
+    checked by :func:`parse_index`; None when they cannot be read so or fail the checks (the
+    caller reads the whole footer, whose errors name the problem)."""
+    entries = _read_entries(path)
+    if entries is None:
         return None
-    keys = kv.get(KEYS_METADATA.decode())
-    return None if keys is None else (keys, kv.get(INDEX_METADATA.decode()))
+    try:
+        keys, blocks, stamps, latest = parse_index(*entries, url, None)
+    except CorruptSegment:
+        return None
+    return Footer(keys, blocks, stamps, None, None, latest)
+
+
+def _read_entries(path: str) -> tuple[bytes, bytes | None] | None:
+    """A local segment's theseus footer entries (keys, index: JSON texts), read alone from the file's
+    end (``theseus.store.tail``; None when they cannot be read so: the caller reads the whole
+    footer, whose errors name the problem)."""
+    footer = tail.footer_bytes(path)
+    keys = None if footer is None else tail.entry(footer, KEYS_METADATA)
+    if keys is None:
+        return None
+    index = tail.entry(footer, INDEX_METADATA)
+    if index is None and INDEX_METADATA in footer:  # there, but not where one read finds it
+        return None
+    return keys, index
 
 
 def union_keys(key_sets) -> dict[str, str]:

@@ -3,14 +3,18 @@
 A run's summary is its node count, last seq, last write stamp and the latest record of each of
 ``SUMMARY_KEYS`` (status, finished, job, the usual metrics). It comes from the view when the
 view folded exactly the run's segments (the view keeps each run's summary in its footer), and
-otherwise from the run's segment footers: their block index gives the seqs and stamps, and only
-the block of a summary key in the segments that can hold its latest record is read. Segments are
-immutable, so a summary is cached by the run's segment list.
+otherwise from the run's segment footers: their block index gives the seqs and stamps, and each
+key's latest record in the segment (``theseus.store.latest``); only where a segment that can hold
+a summary key's latest record does not record it (segments written before that entry, merged
+ones, long strings) is that key's block read. Segments are immutable, so a summary is cached by
+the run's segment list.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -54,21 +58,20 @@ def summarize(index: Any, paths: list[str]) -> Summary:
     found = _from_footers(footers)
     if found is None:
         return _folded(index, paths, footers)
-    nodes, last, written, keys, needed = found
-    latest = {}
+    nodes, last, written, keys, latest, needed = found
     if needed:
         wanted = tuple(k for k in SUMMARY_KEYS if k in keys)
         segments = [(paths[i], _only(footers[i], wanted)) for i in sorted(needed)]
-        latest = fold_run(index.fs, segments, {}, latest=wanted).latest
+        latest = _newest(latest, fold_run(index.fs, segments, {}, latest=wanted).latest)
     return Summary(nodes, last, written, latest, keys)
 
 
 def summarize_runs(index: Any, runs: dict[tuple[str, str], list[str]]) -> dict[tuple[str, str], Summary]:
     """The summaries of many runs of a local root (``{run: segment paths}``): what the segments'
     theseus footer entries say (read alone, ``FooterCache.indexes``), and the latest summary
-    records from one Polars scan of the segments that can hold them (rows read raw: their latest
-    by stamp and writer, whatever the footers say). A run whose footers lack a dense block index
-    is folded (:func:`summarize`).
+    records their footers do not record from Polars scans of the segments that can hold them
+    (rows read raw: their latest by stamp and writer, whatever the footers say). A run whose
+    footers lack a dense block index is folded (:func:`summarize`).
 
     >>> from theseus.store.store import _doc_store
     >>> store, n = _doc_store()
@@ -77,7 +80,8 @@ def summarize_runs(index: Any, runs: dict[tuple[str, str], list[str]]) -> dict[t
     True
     """
     found, partial, scans = {}, {}, []
-    with ThreadPoolExecutor(1) as pool:  # a chunk's scan (no GIL) runs while the next chunk's footers are read
+    # a chunk's scan (no GIL) runs while the next chunk's footers are read
+    with _collector_paused(), ThreadPoolExecutor(1) as pool:
         chunk: list[str] = []
         for number, (run, paths) in enumerate(runs.items()):
             summary = _from_footers(index.footers.indexes(paths))
@@ -85,14 +89,28 @@ def summarize_runs(index: Any, runs: dict[tuple[str, str], list[str]]) -> dict[t
                 found[run] = summarize(index, paths)
             else:
                 partial[run] = summary
-                chunk += [paths[i] for i in sorted(summary[4])]
+                chunk += [paths[i] for i in sorted(summary[5])]
             if chunk and (len(chunk) >= SCAN_CHUNK or number == len(runs) - 1):
                 scans.append(pool.submit(_latest_records, chunk))
                 chunk = []
         latest = {run: records for scan in scans for run, records in scan.result().items()}
-    for run, (nodes, last, written, keys, _) in partial.items():
-        found[run] = Summary(nodes, last, written, latest.get(run, {}), keys)
+    for run, (nodes, last, written, keys, known, _) in partial.items():
+        found[run] = Summary(nodes, last, written, _newest(known, latest.get(run, {})), keys)
     return {run: found[run] for run in runs}
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Pause Python's cyclic garbage collector while the footers of many runs are parsed (when it was
+    running): they make many small objects (parsed JSON, blocks), none in a cycle, that the
+    collector would otherwise walk again each time their number crosses its thresholds."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _latest_records(paths: list[str]) -> dict[tuple[str, str], dict[str, tuple]]:
@@ -110,24 +128,61 @@ def _latest_records(paths: list[str]) -> dict[tuple[str, str], dict[str, tuple]]
     return latest
 
 
-def _from_footers(footers: list[Footer]) -> tuple[int, int, int, dict[str, str], set[int]] | None:
-    """``(nodes, last seq, last write stamp, keys, the segments that can hold a summary key's latest
-    record)`` from a run's footers; None when a footer has no block index or a block is not dense
-    (then the run is folded)."""
+def _from_footers(footers: list[Footer]) -> tuple[int, int, int, dict[str, str], dict[str, tuple], set[int]] | None:
+    """``(nodes, last seq, last write stamp, keys, {key: (value, stamp, writer)} of the latest summary
+    records the footers record, the segments whose blocks must be read for the others)`` from a
+    run's footers; None when a footer has no block index or a block is not dense (then the run is
+    folded). A summary key's latest record is the newest of the footers' and the blocks' read.
+
+    >>> from theseus.store.segments import Block, Latest
+    >>> block = Block(0, 2, 0, 1, 2, ("float",))
+    >>> old = Footer({"val/loss": "float"}, {"val/loss": block}, (1, 2), None)
+    >>> new = Footer({"val/loss": "float"}, {"val/loss": block}, (3, 4), None, latest={"val/loss": Latest(4, "w", 1, 0.5)})
+    >>> _from_footers([old, new])
+    (2, 1, 4, {'val/loss': 'float'}, {'val/loss': (0.5, 4, 'w')}, set())
+    >>> _from_footers([new, Footer({"val/loss": "float"}, {"val/loss": block}, (3, 5), None)])[4:]
+    ({'val/loss': (0.5, 4, 'w')}, {1})
+    """  # noqa: E501 - a doctest's input, on one line
     keys = union_keys(f.keys for f in footers)
     if not all(f.blocks is not None and f.stamps is not None for f in footers) or not all(
             b.dense for f in footers for b in f.blocks.values()):
         return None
     nodes, last = _seq_union([(b.seq_min, b.seq_max) for f in footers for b in f.blocks.values()])
-    # a segment can hold a key's latest record only if its newest stamp reaches the oldest stamp
-    # of the segment holding the key that started last (which holds a record at least that new)
+    known: dict[str, tuple] = {}
     needed: set[int] = set()
     for key in SUMMARY_KEYS:
         holders = [i for i, f in enumerate(footers) if key in f.blocks]
-        if holders:
-            floor = max(footers[i].stamps[0] for i in holders)
-            needed.update(i for i in holders if footers[i].stamps[1] >= floor)
-    return nodes, last, max(f.stamps[1] for f in footers), keys, needed
+        if not holders:
+            continue
+        recorded = {i: footers[i].latest[key] for i in holders if footers[i].latest and key in footers[i].latest}
+        # a segment can hold the key's latest record only if its newest stamp reaches the floor: a
+        # stamp some segment holds a record of the key at (its recorded latest, else its oldest stamp)
+        floor = max(recorded[i].stamp if i in recorded else footers[i].stamps[0] for i in holders)
+        for i in holders:
+            if i in recorded and recorded[i].stamp >= floor:
+                known[key] = _newest_of(known.get(key), (recorded[i].value, recorded[i].stamp, recorded[i].writer))
+            elif i not in recorded and footers[i].stamps[1] >= floor:
+                needed.add(i)  # not recorded: its block is read
+    return nodes, last, max(f.stamps[1] for f in footers), keys, known, needed
+
+
+def _newest_of(a: tuple | None, b: tuple) -> tuple:
+    """The later of two ``(value, stamp, writer)`` records (by stamp, then writer)."""
+    return b if a is None or b[1:] > a[1:] else a
+
+
+def _newest(a: dict[str, tuple], b: dict[str, tuple]) -> dict[str, tuple]:
+    """Per key, the later record of ``a``'s and ``b``'s ``{key: (value, stamp, writer)}``.
+
+    >>> _newest({"x": (1, 5, "w"), "y": (2, 5, "w")}, {"x": (3, 6, "w")})
+    {'x': (3, 6, 'w'), 'y': (2, 5, 'w')}
+    """
+    if not a or not b:
+        return a or b
+    merged = dict(a)
+    for key, record in b.items():
+        merged[key] = _newest_of(merged.get(key), record)
+    return merged
 
 
 def _folded(index: Any, paths: list[str], footers: list[Footer]) -> Summary:

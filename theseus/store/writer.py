@@ -28,6 +28,7 @@ from theseus.store import fs as rootfs
 from theseus.store import schema, trust
 from theseus.store.fold import ARROW
 from theseus.store.index import Index
+from theseus.store.latest import entry as latest_entry
 from theseus.store.node import _PREVIOUS, Node, lineage_columns
 from theseus.store.scope import Scope
 from theseus.store.segments import LOG, encode, retry_vanished, run_dir, segment_name
@@ -607,8 +608,8 @@ def build_segment(records: Records, name: str, nonce: str, writer: str) -> tuple
     >>> table, keys, index = build_segment(records, "doc", "949e88", "w1")
     >>> table["float"].to_pylist(), table["int"].to_pylist(), keys
     ([1.5, 2.5, None, None], [None, None, 2, 3], {'a': 'float', 'b': 'int'})
-    >>> index["blocks"]["b"]
-    [2, 4, 0, 1, 2, ['int']]
+    >>> index["blocks"]["b"], index["latest"]["b"]
+    ([2, 4, 0, 1, 2, ['int']], [8, 'w1', 1, 'int', 3])
     """
     n = len(records.seqs)
     seqs = records.seqs
@@ -620,7 +621,9 @@ def build_segment(records: Records, name: str, nonce: str, writer: str) -> tuple
     if records.shapes.count(first) == n:
         if all(kind == "float" for kind in first.kinds) and bool((seqs[1:] >= seqs[:-1]).all()):
             table, blocks = _float_table(first, records, ids, parents, writer)
-            return table, dict.fromkeys(first.keys, "float"), {**index, "blocks": blocks}
+            last = int(np.argmax(stamps))  # every record holds every key
+            latest = _latest(records, writer, {key: last for key in first.keys}, None)
+            return table, dict.fromkeys(first.keys, "float"), {**index, "blocks": blocks, "latest": latest}
         groups = [(first, np.arange(n))]
     else:
         by_shape: dict[Shape, list[int]] = {}
@@ -642,7 +645,33 @@ def build_segment(records: Records, name: str, nonce: str, writer: str) -> tuple
         ],
         names=list(schema.SEGMENT_SCHEMA.names),
     )
-    return table, keys, {**index, "blocks": blocks}
+    newest = {}  # each key's record with the highest stamp
+    for key, (start, stop, *_) in blocks.items():
+        where = rows[start:stop]
+        newest[key] = int(where[np.argmax(stamps[where])])
+    latest = _latest(records, writer, newest, None if len(groups) == 1 else records.starts())
+    return table, keys, {**index, "blocks": blocks, "latest": latest}
+
+
+def _latest(records: Records, writer: str, newest: dict[str, int], starts: np.ndarray | None) -> dict[str, list]:
+    """The block index's ``latest`` entries (``theseus.store.latest``): ``newest`` gives each key's
+    most recent record; ``starts`` where each record's values start (None: every record has the
+    first one's shape).
+
+    >>> s = Shape(("a", "b"), ("float", "str"))
+    >>> records = Records(np.array([4, 5]), None, np.array([7, 8]), [s, s], [1.5, "x", 2.5, "y"])
+    >>> _latest(records, "w1", {"a": 1, "b": 0}, None)
+    {'a': [8, 'w1', 5, 'float', 2.5], 'b': [7, 'w1', 4, 'str', 'x']}
+    """
+    found = {}
+    for key, r in newest.items():
+        shape = records.shapes[r]
+        at = shape.keys.index(key)
+        value = records.values[(r * len(shape.keys) if starts is None else int(starts[r])) + at]
+        made = latest_entry(records.stamps[r], writer, records.seqs[r], shape.kinds[at], value)
+        if made is not None:
+            found[key] = made
+    return found
 
 
 def _float_table(shape: Shape, records: Records, ids: pa.Array, parents: pa.Array,
