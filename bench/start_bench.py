@@ -124,7 +124,8 @@ def write_dataset(root: str, tokens: int = 200_000, vocab: int = 128) -> None:
         writer.append("val", pattern[tokens * 9 // 10:])
 
 
-def start(root: str, mode: str, steps: int, nonce: str, cache: str, pycache: str | None, model: str) -> dict[str, float]:
+def start(root: str, mode: str, steps: int, nonce: str, cache: str, pycache: str | None,
+          model: str) -> dict[str, float]:
     """One start in a fresh process: seconds from its launch to imports done, job created, first report.
 
     ``pycache``: the folder of Python's bytecode cache (None: as this environment says).
