@@ -28,10 +28,11 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import fsspec
 import numpy as np
+import orjson
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -168,6 +169,15 @@ def is_view(name: str) -> bool:
     return name.startswith("v-") and name.endswith(".parquet")
 
 
+def _loads(text: bytes) -> Any:
+    """A view's footer record: orjson parses it several times faster than ``json``, which reads the
+    ``NaN`` and ``Infinity`` a run's summary may hold (strict JSON, and orjson, refuse them)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 def read_view(root: RootFolder, path: str) -> View:
     """Parse a view's footer; a broken view is an error naming it (it can be deleted and rebuilt)."""
     try:
@@ -179,7 +189,7 @@ def read_view(root: RootFolder, path: str) -> View:
         else:  # its footer in one request: the record of its runs grows with them
             file = None
             meta = read_tail_metadata(root.fs, path, VIEW_TAIL)
-        raw = json.loads(meta.metadata[VIEW_METADATA])
+        raw = _loads(meta.metadata[VIEW_METADATA])
         runs = raw["runs"]
         names = list(zip(runs["name"], runs["nonce"]))
         listing = raw.get("listing")
