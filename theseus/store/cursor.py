@@ -290,7 +290,7 @@ class Cursor:
         when the query folds every run."""
         if len(self.sorts) != 1 or not self.limit_n or self.only_latest or not rootfs.is_local(self.index.fs):
             return None
-        logged = [paths for run, paths in scope.runs.items() if run not in scope.in_view]
+        logged = [scope.runs[run] for run in scope.runs if run not in scope.in_view]
         if len(logged) < topk.MIN_RUNS:
             return None
         (key, ascending), = self.sorts

@@ -10,6 +10,8 @@ modules that read the root (``scope``, ``cursor``, ``writer``, ``compact``,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import fsspec
 from loguru import logger
 
@@ -94,7 +96,7 @@ class Index:
         return list_runs(self.fs, self.root, name, nonce, self.listings)
 
     def recorded_runs(self, view: Views | None, name: str = "*",
-                      nonce: str = "*") -> dict[tuple[str, str], list[str]] | None:
+                      nonce: str = "*") -> Mapping[tuple[str, str], list[str]] | None:
         """:meth:`runs`, answered from the view's record of the log folders when their ctimes
         prove it still holds (None: list them).
 

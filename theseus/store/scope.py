@@ -14,6 +14,7 @@ parsing the view's footer):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Callable, TypeVar
 
 import polars as pl
@@ -47,7 +48,7 @@ class Scope:
         self.index = index
         self.in_view: dict[tuple[str, str], int] = {}  # run -> view run number
         self.newer: dict[tuple[str, str], list[str]] = {}  # view run -> its segments newer than the view
-        self.runs: dict[tuple[str, str], list[str]] = {}
+        self.runs: Mapping[tuple[str, str], list[str]] = {}
         self.view: Views | None = None
         if name is None or nonce is None:  # contradicting filters: no run can match
             return
@@ -102,9 +103,10 @@ class Scope:
 
     def _key_types(self, light: bool = False) -> list[dict[str, str]]:
         """The ``{key: type}`` of each run of the view in scope and of each segment read from the log."""
-        sets = [self.view.keys(i) for i in self.in_view.values()]
-        logged = [p for run, paths in self.runs.items() if run not in self.in_view or run in self.newer
-                  for p in self.newer.get(run, paths)]
+        view = self.view
+        sets = [view.keys(i) for i in {view.signature(i): i for i in self.in_view.values()}.values()]
+        logged = [p for run in self.runs if run not in self.in_view or run in self.newer
+                  for p in (self.newer[run] if run in self.newer else self.runs[run])]
         footers = self.index.footers
         return sets + (footers.keys_of(logged) if light else [f.keys for f in footers.footers(logged)])
 
@@ -129,7 +131,14 @@ class Scope:
         """
         view = self.view
         # run -> view run number, for the runs the view stores with the asked types (not widened)
-        same_types = {run: i for run, i in self.in_view.items() if not self._widened(i, keys)}
+        widened: dict[tuple[int, int], bool] = {}  # by view signature: runs sharing one share the answer
+        same_types = {}
+        for run, i in self.in_view.items():
+            signature = view.signature(i)
+            if signature not in widened:
+                widened[signature] = self._widened(i, keys)
+            if not widened[signature]:
+                same_types[run] = i
         parts, view_runs, folded = [], [], []  # view run numbers read as stored; (run, frame) folded here
         for run in self.runs:
             if only is not None and run not in self.in_view and run not in only:

@@ -29,6 +29,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, TypeVar
@@ -406,7 +407,7 @@ def record_listings(listings: Listings, root: str, runs: dict[tuple[str, str], l
 
 def recorded_runs(listings: Listings, root: str, record: dict | None, runs: list[tuple[str, str]],
                   segments: list[list[str]], name: str = "*",
-                  nonce: str = "*") -> dict[tuple[str, str], list[str]] | None:
+                  nonce: str = "*") -> RecordedRuns | None:
     """What :func:`list_runs` returns for ``name``/``nonce``, taken from a view's record of the
     log folders (:func:`record_listings`; ``runs`` and ``segments``: the view's runs by number
     and their segment file names) when one stat per folder proves the record still holds: the
@@ -434,13 +435,38 @@ def recorded_runs(listings: Listings, root: str, record: dict | None, runs: list
                     return None  # a nonce was added or removed under this name
             if not wanted or not (every_nonce or fnmatch.fnmatchcase(run_nonce, nonce)):
                 continue
-            folder = f"{log}/name={run_name}/nonce={run_nonce}"
-            if ctimes[number] is None or stat(folder).st_ctime_ns != ctimes[number]:
+            if ctimes[number] is None or stat(f"{log}/name={run_name}/nonce={run_nonce}").st_ctime_ns != ctimes[number]:
                 return None  # a segment was added or removed in this run
-            found[(run_name, run_nonce)] = [f"{folder}/{f}" for f in segments[number]]
+            found[(run_name, run_nonce)] = number
     except OSError:
         return None
-    return found
+    return RecordedRuns(log, found, segments)
+
+
+class RecordedRuns(Mapping):
+    """:func:`recorded_runs`' answer, ``{(name, nonce): [segment path, ...]}``: a run's paths are
+    spelled when asked for, since a query the view answers reads none of them.
+
+    >>> runs = RecordedRuns("/r/log", {("a", "1"): 0}, [["s-1.parquet"]])
+    >>> dict(runs)
+    {('a', '1'): ['/r/log/name=a/nonce=1/s-1.parquet']}
+    """
+
+    def __init__(self, log: str, numbers: dict[tuple[str, str], int], segments: list[list[str]]):
+        self._log, self._numbers, self._segments = log, numbers, segments
+
+    def __getitem__(self, run: tuple[str, str]) -> list[str]:
+        folder = f"{self._log}/name={run[0]}/nonce={run[1]}"
+        return [f"{folder}/{f}" for f in self._segments[self._numbers[run]]]
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._numbers)
+
+    def __len__(self) -> int:
+        return len(self._numbers)
+
+    def __contains__(self, run: object) -> bool:
+        return run in self._numbers
 
 
 class RecordedListings:

@@ -8,7 +8,10 @@ a query of one run reads the row group of its ``_run`` number.
 
 Its footer (``theseus.view``) records exactly what it folded: per run the names
 of the log segments it covers, their highest write stamp, the run's key types
-and its latest ``_job`` and ``_finished`` records. Readers use the newest view for
+and its latest ``_job`` and ``_finished`` records. A second entry
+(``theseus.view.summary``, version 4) holds each run's summary (node count, last
+seq and write, latest status and main metrics): only ``Store.runs()`` reads it, so
+a query does not parse it. Each entry carries its own SHA-256. Readers use the newest view for
 the runs whose segments are exactly the covered ones; a run with newer segments
 as well folds those on top (``Scope``), and any other run folds from the log.
 
@@ -28,6 +31,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 import fsspec
@@ -55,13 +59,17 @@ class RootFolder(Protocol):
 VIEW_METADATA = b"theseus.view"
 REJECTED = ".rejected"  # suffix of the marker beside a view audit found wrong: readers skip that view
 VIEW_DIGEST = b"theseus.view.sha256"  # of the VIEW_METADATA text: page CRCs do not cover the footer
+VIEW_SUMMARY = b"theseus.view.summary"  # the runs' summaries (version 4): parsed by runs() alone
+VIEW_SUMMARY_DIGEST = b"theseus.view.summary.sha256"
+VERSION = 4
 RUN = "_run"
 ROW_GROUP = 16384
 VIEW_TAIL = 1 << 20  # bytes of a remote view read at once from its end: the footer of some thousands of runs
 FEW_RUNS = 8  # up to this many runs are read by row group with the cached footer
 RUN_KEYS = (schema.JOB, schema.FINISHED)  # what run filters (job(), finished()) read
 LATEST_KEYS = tuple(dict.fromkeys([*RUN_KEYS, *SUMMARY_KEYS]))  # each run's latest records the view keeps
-SUMMARY = ("nodes", "last_seq", "written")  # per run in the footer (version 3), with the latest records
+SUMMARY_LATEST = tuple(k for k in SUMMARY_KEYS if k not in RUN_KEYS)  # kept in the summary entry
+SUMMARY = ("nodes", "last_seq", "written")  # per run in the summary entry (in the main record in version 3)
 
 
 @dataclass(frozen=True)
@@ -77,8 +85,8 @@ class View:
     stamps: list[int]  # per run: the highest write stamp folded
     signatures: list[dict[str, str]]  # distinct {key: type} of runs
     run_keys: list[int]  # per run: its signature
-    latest_records: dict[str, list]  # per latest key (LATEST_KEYS): per run [value, stamp, writer] or None
-    summaries: dict[str, list] | None = field(default=None, compare=False, repr=False)  # SUMMARY per run
+    latest_records: dict[str, list]  # per run key (RUN_KEYS): per run [value, stamp, writer] or None
+    summary_text: bytes | dict | None = field(default=None, compare=False, repr=False)  # the summary entry
     listing: dict | None = field(default=None, compare=False, repr=False)  # segments.record_listings at build time
     meta: pq.FileMetaData | None = field(default=None, compare=False, repr=False)
     file: pq.ParquetFile | None = field(default=None, compare=False, repr=False)  # local views only
@@ -96,16 +104,40 @@ class View:
         return len(paths) == len(covered) and all(p.endswith(f"/{c}") for p, c in zip(paths, covered))
 
     def latest(self, number: int) -> dict[str, tuple]:
-        """``{key: (value, stamp, writer)}`` of run ``number``'s latest records of LATEST_KEYS."""
+        """``{key: (value, stamp, writer)}`` of run ``number``'s latest records of RUN_KEYS."""
         return {k: tuple(v[number]) for k, v in self.latest_records.items() if v[number] is not None}
 
     def summary(self, number: int) -> Summary | None:
-        """Run ``number``'s summary (None for a view written before views kept them)."""
-        if self.summaries is None or any(k not in self.latest_records for k in SUMMARY_KEYS):
+        """Run ``number``'s summary (None for a view written before views kept them, or whose
+        summary entry is damaged: the log answers then, and ``theseus audit`` names the view)."""
+        try:
+            summaries = self.summaries
+        except ValueError:
             return None
-        nodes, last, written = (self.summaries[k][number] for k in SUMMARY)
-        latest = {k: v for k, v in self.latest(number).items() if k in SUMMARY_KEYS}
+        if summaries is None:
+            return None
+        columns = {**{k: summaries[k] for k in SUMMARY_LATEST}, **self.latest_records}
+        if any(k not in columns for k in SUMMARY_KEYS):
+            return None
+        nodes, last, written = (summaries[k][number] for k in SUMMARY)
+        latest = {k: tuple(columns[k][number]) for k in SUMMARY_KEYS if columns[k][number] is not None}
         return Summary(nodes, last, written, latest, self.keys(number))
+
+    @cached_property
+    def summaries(self) -> dict[str, list] | None:
+        """The summary entry, parsed on first use (``{key: per-run values}`` for SUMMARY and
+        SUMMARY_LATEST; None where the view keeps none); a damaged one is a ValueError."""
+        text = self.summary_text
+        if text is None or isinstance(text, dict):  # version 3 kept them in the main record
+            return text
+        digest = self.meta.metadata.get(VIEW_SUMMARY_DIGEST) if self.meta is not None else None
+        if digest != hashlib.sha256(text).hexdigest().encode():
+            raise ValueError(f"its run summaries do not match their {VIEW_SUMMARY_DIGEST.decode()} (a changed byte)")
+        raw = _loads(text)
+        if not (isinstance(raw, dict) and all(isinstance(raw.get(k), list) and len(raw[k]) == len(self.names)
+                                              for k in (*SUMMARY, *SUMMARY_LATEST))):
+            raise ValueError("its run summaries are malformed")
+        return raw
 
 
 class CorruptView(CorruptSegment):
@@ -189,7 +221,8 @@ def read_view(root: RootFolder, path: str) -> View:
         else:  # its footer in one request: the record of its runs grows with them
             file = None
             meta = read_tail_metadata(root.fs, path, VIEW_TAIL)
-        raw = _loads(meta.metadata[VIEW_METADATA])
+        metadata = meta.metadata  # a copy of every entry per access
+        raw = _loads(metadata[VIEW_METADATA])
         runs = raw["runs"]
         names = list(zip(runs["name"], runs["nonce"]))
         listing = raw.get("listing")
@@ -203,8 +236,8 @@ def read_view(root: RootFolder, path: str) -> View:
         stored = meta.schema.to_arrow_schema()
         if [(f.name, f.type) for f in stored] != [(c, ARROW[t]) for c, t in columns] + [(RUN, pa.int32())]:
             raise ValueError(f"its columns ({', '.join(stored.names)[:200]}) are not those its record describes")
-        digest = meta.metadata.get(VIEW_DIGEST)  # a version-1 view carries no digest
-        if digest != hashlib.sha256(meta.metadata[VIEW_METADATA]).hexdigest().encode() and (
+        digest = metadata.get(VIEW_DIGEST)  # a version-1 view carries no digest
+        if digest != hashlib.sha256(metadata[VIEW_METADATA]).hexdigest().encode() and (
                 digest is not None or raw.get("version", 1) >= 2):
             raise ValueError(f"its record of what it folded does not match its {VIEW_DIGEST.decode()} (a changed byte)")
         return View(
@@ -217,8 +250,10 @@ def read_view(root: RootFolder, path: str) -> View:
             stamps=runs["stamp"],
             signatures=raw["signatures"],
             run_keys=runs["keys"],
-            latest_records={k: runs[k] for k in LATEST_KEYS if k in runs},
-            summaries={k: runs[k] for k in SUMMARY} if all(k in runs for k in SUMMARY) else None,
+            latest_records={k: runs[k] for k in RUN_KEYS if k in runs},
+            summary_text=metadata.get(VIEW_SUMMARY) or (
+                {k: runs[k] for k in (*SUMMARY, *SUMMARY_LATEST)}
+                if all(k in runs for k in (*SUMMARY, *SUMMARY_LATEST)) else None),
             listing=listing,
             meta=meta,
             file=file,

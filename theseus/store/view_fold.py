@@ -23,15 +23,21 @@ from theseus.store.index import Index
 from theseus.store.node import MAX_SEQ
 from theseus.store.scope import empty_nodes
 from theseus.store.segments import CorruptSegment, record_listings, union_keys
+from theseus.store.summary import SUMMARY_KEYS
 from theseus.store.view import (
     LATEST_KEYS,
     REJECTED,
     ROW_GROUP,
     RUN,
+    RUN_KEYS,
     SUMMARY,
+    SUMMARY_LATEST,
+    VERSION,
     VIEW,
     VIEW_DIGEST,
     VIEW_METADATA,
+    VIEW_SUMMARY,
+    VIEW_SUMMARY_DIGEST,
     CorruptView,
     is_view,
     read_view,
@@ -187,8 +193,9 @@ def _copied_parts(index: Index, views: Views, copied: dict[tuple[str, str], int]
     parts = {}
     for run, number in copied.items():
         rows = found[run].drop("name", "nonce") if run in found else frame.clear().drop("name", "nonce")
+        summary = views.summary(number)
         parts[run] = _Part(rows, views.segments[number], views.stamp(number), views.keys(number),
-                           views.latest(number), tuple(views.summary(number)[:3]))
+                           {**summary.latest, **views.latest(number)}, tuple(summary[:3]))
     return parts
 
 
@@ -199,7 +206,8 @@ def _encode(parts: dict[tuple[str, str], _Part], types: dict[str, str], listing:
     """A view file's bytes: the parts' rows (runs in order) and the footer record of what they fold."""
     signatures: dict[str, int] = {}
     run_table = {"name": [], "nonce": [], "start": [0], "segments": [], "stamp": [], "keys": [],
-                 **{k: [] for k in (*LATEST_KEYS, *SUMMARY)}}
+                 **{k: [] for k in RUN_KEYS}}
+    summaries = {k: [] for k in (*SUMMARY, *SUMMARY_LATEST)}
     frames = []
     for number, ((name, nonce), part) in enumerate(parts.items()):
         frames.append(with_identity(part.frame, name, nonce).with_columns(pl.lit(number, pl.Int32).alias(RUN)))
@@ -210,16 +218,17 @@ def _encode(parts: dict[tuple[str, str], _Part], types: dict[str, str], listing:
         run_table["stamp"].append(part.stamp)
         run_table["keys"].append(signatures.setdefault(json.dumps(part.keys, sort_keys=True), len(signatures)))
         for key in LATEST_KEYS:
-            run_table[key].append(list(part.latest[key]) if key in part.latest else None)
+            (run_table if key in RUN_KEYS else summaries)[key].append(
+                list(part.latest[key]) if key in part.latest else None)
         for key, value in zip(SUMMARY, part.counts):
-            run_table[key].append(value)
+            summaries[key].append(value)
     frame = pl.concat(frames) if frames else empty_nodes(types, parent=True, written=True).with_columns(
         pl.lit(None, pl.Int32).alias(RUN))
     # a parent is stored only where it is not the previous seq's node ("" for none at all)
     usual = pl.when(pl.col("seq") > 0).then(node_ids(pl.col("name"), pl.col("nonce"), pl.col("seq") - 1))
     frame = frame.with_columns(
         pl.when(pl.col("parent").eq_missing(usual)).then(None).otherwise(pl.col("parent").fill_null("")).alias("parent"))
-    meta = {"version": 3, "types": types, "runs": run_table, "signatures": [json.loads(s) for s in signatures],
+    meta = {"version": VERSION, "types": types, "runs": run_table, "signatures": [json.loads(s) for s in signatures],
             "listing": listing}
     schema = frame.clear().to_arrow().schema
     sink = pa.BufferOutputStream()  # grows without the copy a BytesIO's getvalue makes
@@ -234,8 +243,11 @@ def _encode(parts: dict[tuple[str, str], _Part], types: dict[str, str], listing:
         for start in range(0, max(frame.height, 1), _WRITE_ROWS):
             w.write_table(frame.slice(start, _WRITE_ROWS).to_arrow(), row_group_size=ROW_GROUP)
         text = json.dumps(meta, separators=(",", ":"))
+        summary = json.dumps(summaries, separators=(",", ":"))  # NaN and Infinity as JSON5 spells them
         w.add_key_value_metadata({VIEW_METADATA.decode(): text,
-                                  VIEW_DIGEST.decode(): hashlib.sha256(text.encode()).hexdigest()})
+                                  VIEW_DIGEST.decode(): hashlib.sha256(text.encode()).hexdigest(),
+                                  VIEW_SUMMARY.decode(): summary,
+                                  VIEW_SUMMARY_DIGEST.decode(): hashlib.sha256(summary.encode()).hexdigest()})
     return sink.getvalue()
 
 
@@ -255,6 +267,11 @@ def check_view(index: Index, path: str, runs: dict[tuple[str, str], list[str]], 
     []
     """
     view = read_view(index, path)
+    try:
+        view.summaries  # noqa: B018 (parsed here to check it: readers parse it lazily and skip a damaged one)
+    except ValueError as e:
+        raise CorruptSegment(f"corrupt view {rootfs.url(index.fs, path)} ({e}); views are derived from the log: "
+                             "delete it and run `theseus compact` to rebuild one") from e
     try:
         with index.fs.open(path, "rb") as f:
             table = pq.ParquetFile(f, metadata=view.meta, page_checksum_verification=True).read(use_threads=False)
@@ -288,14 +305,30 @@ def check_view(index: Index, path: str, runs: dict[tuple[str, str], list[str]], 
             differs.append("key types")
         if view.stamps[number] != run_stamp(footers):
             differs.append("stamp")
-        if view.latest(number) != {k: tuple(v) for k, v in folded.latest.items()}:
+        if not same_records(view.latest(number), {k: v for k, v in folded.latest.items() if k in RUN_KEYS}):
             differs.append("latest records")
         summary = view.summary(number)
-        if summary is not None and tuple(summary[:3]) != run_counts(folded.frame):
+        if summary is not None and (tuple(summary[:3]) != run_counts(folded.frame) or not same_records(
+                summary.latest, {k: v for k, v in folded.latest.items() if k in SUMMARY_KEYS})):
             differs.append("run summary")
         if differs:
             found.append(f"{run[0]}:{run[1]} ({', '.join(differs)} differ from the log's fold)")
     return found
+
+
+def same_records(left: dict[str, tuple], right: dict[str, tuple]) -> bool:
+    """Whether two ``{key: (value, stamp, writer)}`` hold the same records, a NaN value equal to a NaN
+    (a run may log one; ``==`` tells two NaN objects apart).
+
+    >>> nan = float("nan")
+    >>> same_records({"l": (nan, 1, "w")}, {"l": [float("nan"), 1, "w"]}), same_records({"l": (1, 1, "w")}, {})
+    (True, False)
+    """
+    def same(a, b) -> bool:
+        return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+
+    return left.keys() == right.keys() and all(
+        len(left[k]) == len(right[k]) and all(same(a, b) for a, b in zip(left[k], right[k])) for k in left)
 
 
 def run_counts(frame: pl.DataFrame) -> tuple[int, int, int]:

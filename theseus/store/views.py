@@ -45,6 +45,11 @@ class Views:
     @classmethod
     def of(cls, files: list[View]) -> Views:
         """The composite of ``files`` (oldest first): each run from the newest file holding it."""
+        view = files[-1]
+        if len(files) == 1 and all(a < b for a, b in zip(view.names, view.names[1:])):
+            # the common case after a full merge: the file's own numbering (its runs are written sorted)
+            return cls((view,), [(0, i) for i in range(len(view.names))], view.runs, view.names, view.segments,
+                       view.listing)
         newest: dict[tuple[str, str], tuple[int, int]] = {}
         for f, view in enumerate(files):
             for run, local in view.runs.items():
@@ -82,6 +87,12 @@ class Views:
         """The keys and types run ``number`` logged."""
         f, local = self.entries[number]
         return self.files[f].keys(local)
+
+    def signature(self, number: int) -> tuple[int, int]:
+        """(file, key-set number in that file) of run ``number``: runs that share it share
+        :meth:`keys` and :meth:`stored`, so a check of those is made once per signature."""
+        f, local = self.entries[number]
+        return f, self.files[f].run_keys[local]
 
     def stored(self, number: int) -> dict[str, str]:
         """The column types of the file run ``number`` is read from (its keys may be widened there)."""
