@@ -8,6 +8,7 @@ import json
 import pyarrow.parquet as pq
 
 from tests.store.test_run_summary import equal, messy_root, reference_runs
+from tests.store.test_store_view import logged_warnings
 from theseus.audit import audit
 from theseus.store import Store
 from theseus.store.view import VIEW_DIGEST, VIEW_METADATA, VIEW_SUMMARY, VIEW_SUMMARY_DIGEST, list_views
@@ -18,6 +19,11 @@ def rewrite_footer(path: str, change) -> None:
     table = pq.read_table(path)
     metadata = change(dict(table.schema.metadata))
     pq.write_table(table.replace_schema_metadata(metadata), path, write_page_checksum=True)
+
+
+def damage_summaries(metadata: dict) -> dict:
+    text = metadata[VIEW_SUMMARY].replace(b'"nodes":[', b'"nodes":[7,', 1)  # a changed byte, digest kept
+    return {**metadata, VIEW_SUMMARY: text}
 
 
 def view_problems(root) -> list:
@@ -34,15 +40,17 @@ def compacted_messy_root(root) -> tuple[Store, str]:
 
 def test_a_query_does_not_parse_the_summaries_and_runs_does(tmp_path):
     root = str(tmp_path)
-    store, _ = compacted_messy_root(root)
+    store, view = compacted_messy_root(root)
     want = reference_runs(store)
-    cold = Store(root)
-    assert len(cold.find().has("train/loss").sort("train/loss").limit(2).select(keys=["train/loss"])) == 2
-    (file,) = cold._index.view().files
-    assert "summaries" not in vars(file)  # parsed lazily: only runs() reads it
-    assert equal(cold.runs(), want)
-    assert "summaries" in vars(file)
     assert view_problems(root) == []  # a run's latest val/loss is NaN: the same record as the log's NaN
+    rewrite_footer(view, damage_summaries)
+    cold = Store(root)
+    with logged_warnings() as warnings:  # the damaged entry is never read by a query
+        top = cold.find().has("train/loss").sort("train/loss").limit(2).select(keys=["train/loss"])
+    assert [r["train/loss"] for r in top] == [0.0, 0.5] and warnings == []
+    with logged_warnings() as warnings:  # runs() reads it, finds it damaged once, and folds the log
+        assert equal(cold.runs(), want)
+    assert len(warnings) == 1 and "run summaries" in warnings[0] and view in warnings[0], warnings
 
 
 def test_a_damaged_summary_entry_is_answered_from_the_log_and_named_by_audit(tmp_path):
@@ -50,11 +58,7 @@ def test_a_damaged_summary_entry_is_answered_from_the_log_and_named_by_audit(tmp
     store, view = compacted_messy_root(root)
     want = reference_runs(store)
 
-    def damage(metadata):
-        text = metadata[VIEW_SUMMARY].replace(b'"nodes":[', b'"nodes":[7,', 1)  # a changed byte, digest kept
-        return {**metadata, VIEW_SUMMARY: text}
-
-    rewrite_footer(view, damage)
+    rewrite_footer(view, damage_summaries)
     fresh = Store(root)
     assert equal(fresh.runs(), want)  # the log's summaries, not the damaged ones
     assert len(fresh.find().select(keys=["train/loss"])) == len(Store(root).find().select(keys=["train/loss"]))

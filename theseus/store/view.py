@@ -40,6 +40,7 @@ import orjson
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+from loguru import logger
 
 from theseus.store import fs as rootfs
 from theseus.store import schema
@@ -110,11 +111,8 @@ class View:
     def summary(self, number: int) -> Summary | None:
         """Run ``number``'s summary (None for a view written before views kept them, or whose
         summary entry is damaged: the log answers then, and ``theseus audit`` names the view)."""
-        try:
-            summaries = self.summaries
-        except ValueError:
-            return None
-        if summaries is None:
+        summaries = self._summaries
+        if not isinstance(summaries, dict):
             return None
         columns = {**{k: summaries[k] for k in SUMMARY_LATEST}, **self.latest_records}
         if any(k not in columns for k in SUMMARY_KEYS):
@@ -123,21 +121,35 @@ class View:
         latest = {k: tuple(columns[k][number]) for k in SUMMARY_KEYS if columns[k][number] is not None}
         return Summary(nodes, last, written, latest, self.keys(number))
 
-    @cached_property
+    @property
     def summaries(self) -> dict[str, list] | None:
-        """The summary entry, parsed on first use (``{key: per-run values}`` for SUMMARY and
-        SUMMARY_LATEST; None where the view keeps none); a damaged one is a ValueError."""
+        """The summary entry (``{key: per-run values}`` for SUMMARY and SUMMARY_LATEST; None where
+        the view keeps none); a damaged one is a ValueError."""
+        summaries = self._summaries
+        if isinstance(summaries, ValueError):
+            raise summaries
+        return summaries
+
+    @cached_property
+    def _summaries(self) -> dict[str, list] | ValueError | None:
+        """The summary entry parsed on first use (a query never reads it), or what is wrong with it
+        (logged once: readers fold the log for the summaries instead)."""
         text = self.summary_text
         if text is None or isinstance(text, dict):  # version 3 kept them in the main record
             return text
-        digest = self.meta.metadata.get(VIEW_SUMMARY_DIGEST) if self.meta is not None else None
-        if digest != hashlib.sha256(text).hexdigest().encode():
-            raise ValueError(f"its run summaries do not match their {VIEW_SUMMARY_DIGEST.decode()} (a changed byte)")
-        raw = _loads(text)
-        if not (isinstance(raw, dict) and all(isinstance(raw.get(k), list) and len(raw[k]) == len(self.names)
-                                              for k in (*SUMMARY, *SUMMARY_LATEST))):
-            raise ValueError("its run summaries are malformed")
-        return raw
+        try:
+            digest = self.meta.metadata.get(VIEW_SUMMARY_DIGEST) if self.meta is not None else None
+            if digest != hashlib.sha256(text).hexdigest().encode():
+                raise ValueError(f"they do not match their {VIEW_SUMMARY_DIGEST.decode()} (a changed byte)")
+            raw = _loads(text)
+            if not (isinstance(raw, dict) and all(isinstance(raw.get(k), list) and len(raw[k]) == len(self.names)
+                                                  for k in (*SUMMARY, *SUMMARY_LATEST))):
+                raise ValueError("they are malformed")
+            return raw
+        except ValueError as e:  # orjson's and json's decode errors are ValueErrors
+            logger.warning(f"ignoring the run summaries of the view {self.path}: {e}; run summaries are read "
+                           "from the log instead, and `theseus compact` replaces the view")
+            return ValueError(f"its run summaries: {e}")
 
 
 class CorruptView(CorruptSegment):
