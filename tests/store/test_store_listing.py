@@ -6,7 +6,7 @@ import os
 import shutil
 import time
 
-from theseus.store import Node, Store, segments
+from theseus.store import Node, Store, segments, view_fold
 from theseus.store.index import Index
 from theseus.store.segments import Listings, ctime_proves_listings
 from theseus.store.view import list_views, read_view
@@ -149,3 +149,30 @@ def test_recorded_runs_are_the_listing_until_a_folder_changes(tmp_path):
     copy = index(tmp_path / "b")
     assert copy.recorded_runs(copy.view(), "h.*", "*") is None
     assert sorted(_losses(Store(tmp_path / "b"))) == [0.0, 1.0, 2.0, 3.0, 5.0, 6.0, 9.0]
+
+
+def test_an_incremental_compaction_lists_each_folder_at_most_once_and_its_record_spares_listing(
+        tmp_path, monkeypatch):
+    """The record of a view holding only what changed proves the listing with the older views'
+    records (a cold query lists nothing), and writing it lists no folder the compaction listed."""
+    monkeypatch.setattr(view_fold, "SMALL_VIEW_ROWS", 0)  # a new view file, not a merge
+    store = Store(tmp_path)
+    for i in range(3):
+        with store.writer() as w:  # runs much larger than the new one: it gets a view file of its own
+            node = Node.start(f"p.inc.base{i}")
+            for step in range(30):
+                w.write(node, {"loss": float(i) if step == 0 else 100.0 + step})
+                node = node.next()
+    time.sleep(1.1)  # every folder older than the margin when the view records it
+    store.compact()
+    _write(store, Node.start("p.inc.late"), 7.0)
+    time.sleep(1.1)
+    listed = []
+    monkeypatch.setattr(segments, "_scandir", lambda path: listed.append(path) or os.listdir(path))
+    Store(tmp_path).compact()
+    assert len(list_views(store)) == 2
+    assert listed and len(listed) == len(set(listed)), listed
+    assert not any("inc.base" in path for path in listed)  # their folders: proven by the first view's record
+    listed.clear()
+    assert sorted(_losses(Store(tmp_path)))[:4] == [0.0, 1.0, 2.0, 7.0]
+    assert listed == []

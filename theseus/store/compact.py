@@ -267,6 +267,7 @@ def unique_records(table: pa.Table) -> pa.Table:
 
 def compact(index: Index, name: str = "*", nonce: str = "*", min_segments: int = 2) -> dict[str, int]:
     """Compact every run with at least ``min_segments`` segments; returns ``{run dir: merged count}``."""
+    index.view()  # read first: its record of the log folders spares listing those unchanged since
     runs = index.runs(name, nonce)
     done = {}
     for (run_name, run_nonce), paths in sorted(runs.items()):

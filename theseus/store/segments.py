@@ -345,6 +345,17 @@ class Listings:
             self._enabled = ctime_proves_listings(self.root)
         return bool(self._enabled)
 
+    def listed(self, folder: str, prepare, ctime: int):
+        """``prepare``'s value of the folder's listing when one was kept at ``ctime`` (else None).
+
+        >>> import tempfile
+        >>> root = tempfile.mkdtemp()
+        >>> Listings(root).listed(root, sorted, 0) is None
+        True
+        """
+        known = self._known.get(folder)
+        return known[2] if known is not None and known[0] == ctime and known[1] is prepare else None
+
     def get(self, folder: str, prepare, now: int | None = None):
         """``prepare(folder, names)`` of the folder's entries (an empty list for a missing folder).
 
@@ -373,12 +384,15 @@ class Listings:
         return value
 
 
-def record_listings(listings: Listings, root: str, runs: dict[tuple[str, str], list[str]]) -> dict | None:
-    """The ctimes that prove the log folders list exactly ``runs`` (for a view's footer).
+def record_listings(listings: Listings, root: str, runs: dict[tuple[str, str], list[str]],
+                    own: list[tuple[str, str]]) -> dict | None:
+    """The ctimes that prove the log folders list exactly ``runs`` (for a view's footer): of the
+    log folder, of every run's name folder, and of the run folders of ``own`` (the view's runs).
 
-    ``{"log": ctime, "names": {name: ctime}, "runs": [ctime per run]}``, each None where
+    ``{"log": ctime, "names": {name: ctime}, "runs": [ctime per run of own]}``, each None where
     the folder lists something else or changed within ``LISTING_MARGIN_NS``; None when
-    ctimes prove nothing on this filesystem. :class:`RecordedListings` answers from it.
+    ctimes prove nothing on this filesystem. :class:`RecordedListings` answers from it. A folder
+    whose ctime is that of a listing ``listings`` holds is not listed again.
     """
     if not listings.enabled:
         return None
@@ -390,18 +404,19 @@ def record_listings(listings: Listings, root: str, runs: dict[tuple[str, str], l
 
     def proven(folder: str, prepare, expected) -> int | None:
         try:
-            st = os.stat(folder)
+            ctime = os.stat(folder).st_ctime_ns
         except OSError:
             return None
-        if st.st_ctime_ns < now - LISTING_MARGIN_NS and prepare(folder, _scandir(folder)) == expected:
-            return st.st_ctime_ns
-        return None
+        if ctime >= now - LISTING_MARGIN_NS:
+            return None
+        found = listings.listed(folder, prepare, ctime)
+        return ctime if (found if found is not None else prepare(folder, _scandir(folder))) == expected else None
 
     return {
         "log": proven(log, _prefixed["name="], tuple(sorted(f"name={n}" for n in nonces))),
         "names": {n: proven(f"{log}/name={n}", _prefixed["nonce="], tuple(sorted(f"nonce={x}" for x in v)))
                   for n, v in nonces.items()},
-        "runs": [proven(run_dir(root, *run), _published, tuple(paths)) for run, paths in runs.items()],
+        "runs": [proven(run_dir(root, *run), _published, tuple(runs[run])) for run in own],
     }
 
 

@@ -121,6 +121,11 @@ class View:
         latest = {k: tuple(columns[k][number]) for k in SUMMARY_KEYS if columns[k][number] is not None}
         return Summary(nodes, last, written, latest, self.keys(number))
 
+    def nodes(self, number: int) -> int:
+        """Run ``number``'s node count (0 when the view keeps no summaries, or a damaged entry)."""
+        summaries = self._summaries
+        return summaries["nodes"][number] if isinstance(summaries, dict) else 0
+
     @property
     def summaries(self) -> dict[str, list] | None:
         """The summary entry (``{key: per-run values}`` for SUMMARY and SUMMARY_LATEST; None where

@@ -113,10 +113,7 @@ def build_view(index: Index, stale: dict[tuple[str, str], list[str]] | None = No
     parts.update(_copied_parts(index, views, copied, types))
     path = index.path(VIEW, view_name(stamp, secrets.token_hex(4)))
     # after the fold: folders older by then; the log and name folders for every run, run folders for its own
-    listing = record_listings(index.listings, index.path(), runs)
-    if listing is not None:
-        numbers = {run: i for i, run in enumerate(runs)}
-        listing["runs"] = [listing["runs"][numbers[run]] for run in sorted(parts)]
+    listing = record_listings(index.listings, index.path(), runs, sorted(parts))
     rootfs.publish(index.fs, path, _encode(dict(sorted(parts.items())), types, listing))
     retire_views(index, path, merged)
     return path
@@ -133,9 +130,8 @@ def merge_tail(views: Views | None, stale: dict, runs: dict) -> tuple[list[str],
     for run, number in views.runs.items():
         if run in runs and run not in stale:
             live.setdefault(views.entries[number][0], []).append((run, number))
-    rows = {f: sum(views.summary(n).nodes if views.summary(n) else 0 for _, n in found) for f, found in live.items()}
-    total = sum(views.summary(views.runs[run]).nodes if run in views.runs and views.summary(views.runs[run]) else 0
-                for run in stale) + len(stale)
+    rows = {f: sum(views.nodes(n) for _, n in found) for f, found in live.items()}
+    total = sum(views.nodes(views.runs[run]) if run in views.runs else 0 for run in stale) + len(stale)
     merged, copied = [], {}
     for f in range(len(views.files) - 1, -1, -1):
         size = rows.get(f, 0)

@@ -108,6 +108,11 @@ class Views:
         f, local = self.entries[number]
         return self.files[f].summary(local)
 
+    def nodes(self, number: int) -> int:
+        """Run ``number``'s node count (0 when its file keeps no summaries)."""
+        f, local = self.entries[number]
+        return self.files[f].nodes(local)
+
     def scan(self, root: RootFolder, numbers: list[int], keys: dict[str, str], parent: bool,
              written: bool) -> tuple[pl.LazyFrame, bool]:
         """The node frame (name, nonce, seq, [parent], [_written], ``keys``) of runs ``numbers``,
