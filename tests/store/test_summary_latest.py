@@ -57,7 +57,7 @@ def test_segments_without_latest_records_are_read(tmp_path, which):
 
 
 def test_runs_during_a_compaction_see_merged_and_old_segments(tmp_path):
-    """A compaction publishes the merged segment (no latest records) before it retires the old ones:
+    """A compaction publishes the merged segment before it retires the old ones:
     a reader in between sees every record twice and must answer the same."""
     store = Store(tmp_path)
     a, _, _ = messy_root(store)
@@ -68,6 +68,22 @@ def test_runs_during_a_compaction_see_merged_and_old_segments(tmp_path):
     for name in os.listdir(tmp_path / "before"):  # the old segments are back: both are visible
         shutil.copy(tmp_path / "before" / name, folder)
     assert len(segment_files(store, a.name, a.nonce)) > 1
+    assert equal(Store(tmp_path).runs(), want)
+
+
+def test_a_merged_segment_keeps_latest_records_so_an_active_run_is_summarised_from_footers(tmp_path, monkeypatch):
+    """After a compaction merged a run's segments, the run writes on: its summary (no longer the
+    view's) comes from the merged segment's footer and the new one's, with no block read."""
+    store = Store(tmp_path)
+    a, _, _ = messy_root(store)
+    store.compact()
+    merged = segment_files(store, a.name, a.nonce)
+    assert len(merged) == 1 and read_footer(store.fs, merged[0]).latest
+    check_segment(store.fs, merged[0])  # the entries are its rows' (what `theseus audit` checks)
+    with store.writer() as w:
+        w.write(Node(a.name, a.nonce, 10), {"val/loss": 0.25})
+    want = reference_runs(store)
+    refuse_scans(monkeypatch)
     assert equal(Store(tmp_path).runs(), want)
 
 

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
+from theseus.store import latest as latest_records
 from theseus.store.fold import key_batches
 from theseus.store.index import Index
 from theseus.store.schema import INDEX_METADATA, KEYS_METADATA, SEGMENT_SCHEMA
@@ -208,7 +209,7 @@ def _merge(shapes: list[_Shape], batch) -> pa.Buffer:
         for key, n in shape.keys.items():
             sizes[key] = sizes.get(key, 0) + n
     sink = pa.BufferOutputStream()
-    keys, blocks, stamps, written = {}, {}, [], 0
+    keys, blocks, stamps, latest, written = {}, {}, [], {}, 0
     with segment_writer(sink, schema, large) as w:
         for wanted in key_batches(sizes, MERGE_BATCH_ROWS):
             by_key: dict[str, list[pa.Table]] = {}
@@ -222,11 +223,12 @@ def _merge(shapes: list[_Shape], batch) -> pa.Buffer:
             for key, (start, stop, *rest) in index["blocks"].items():
                 blocks[key] = [written + start, written + stop, *rest]
             keys.update(found)
+            latest.update(latest_records.of_table(out, index["blocks"]))  # run summaries read these, not rows
             stamps += index["stamps"] or []
             w.write_table(pa.Table.from_arrays(out.columns, schema=schema), row_group_size=1 << 20)
             written += out.num_rows
         w.add_key_value_metadata(footer_metadata(keys, {"stamps": [min(stamps), max(stamps)] if stamps else None,
-                                                        "blocks": blocks}))
+                                                        "blocks": blocks, "latest": latest}))
     return sink.getvalue()
 
 

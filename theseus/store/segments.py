@@ -7,13 +7,13 @@ Every segment has the columns of ``schema.SEGMENT_SCHEMA`` and two footer entrie
   seq_max, distinct, [columns]]}}``. The rows of one key are contiguous (``start:stop``)
   and ordered by (seq, stamp, writer); ``distinct`` counts their seqs and ``columns``
   names the value columns they use. Readers fold a run from these blocks without
-  grouping or deduplicating whole segments (``theseus.store.fold``). The writer adds
-  ``"latest": {key: [stamp, writer, seq, column, value]}``, each key's most recent record
+  grouping or deduplicating whole segments (``theseus.store.fold``). The writer (and a
+  compaction's merge) adds ``"latest": {key: [stamp, writer, seq, column, value]}``, each key's most recent record
   (``theseus.store.latest``), from which run summaries take their values without reading rows.
 
 The index is optional: a segment without ``theseus.index`` (written by hand or by
 another tool) is still read, its blocks computed in memory; so is ``latest`` (segments
-written before it, and merged ones, have none: their blocks are read instead).
+written before it have none: their blocks are read instead).
 
 Segments are found by listing ``log/name=*/nonce=*/`` on every query. On local
 filesystems whose folder ctimes move with every entry added or removed (ext4, xfs,
@@ -208,7 +208,7 @@ class Footer:
     stamps: tuple[int, int] | None
     rows: int | None  # None: read from the theseus entries alone (FooterCache.indexes), never used to read rows
     meta: pq.FileMetaData | None = field(default=None, compare=False, repr=False)
-    latest: dict[str, Latest] | None = None  # None: not recorded (older and merged segments)
+    latest: dict[str, Latest] | None = None  # None: not recorded (segments of older writers)
 
 
 def list_segments(fs: fsspec.AbstractFileSystem, root: str, name: str = "*", nonce: str = "*",
