@@ -98,8 +98,16 @@ def configure_quickstart(config, steps: int) -> None:
     config.logging.validation_interval = steps
 
 
+def configure_deep(config, steps: int) -> None:
+    """An 8-layer, 256-wide GPT (8 heads, block 128) on the synthetic dataset: a model whose compilation
+    outweighs the imports and tracing every process pays, as larger models' do."""
+    configure(config, steps)
+    arch = config.architecture
+    arch.n_embd, arch.n_layers, arch.n_head = 256, 8, 8
+
+
 #: the bench's models: ``--model`` picks one
-MODELS = {"synthetic": configure, "quickstart": configure_quickstart}
+MODELS = {"synthetic": configure, "quickstart": configure_quickstart, "deep": configure_deep}
 
 
 def write_pydoc(root: str) -> None:
@@ -160,7 +168,7 @@ def main() -> None:
                              "folder that the untimed run fills)")
     parser.add_argument("--model", choices=sorted(MODELS), default="quickstart",
                         help="quickstart: the quickstart's 2-layer GPT on pydoc (default); synthetic: a 2-layer, "
-                             "128-wide GPT over a 128-token vocabulary")
+                             "128-wide GPT over a 128-token vocabulary; deep: 8 layers, 256 wide, same data")
     args = parser.parse_args()
 
     work = tempfile.mkdtemp(prefix="theseus-start-bench-")
