@@ -91,9 +91,16 @@ def same(a: Latest, b: Latest) -> bool:
     >>> same(Latest(1, "w", 0, nan), Latest(1, "w", 0, nan)), same(Latest(1, "w", 0, 1), Latest(1, "w", 0, 1.0))
     (True, False)
     """
-    if a[:3] != b[:3] or type(a.value) is not type(b.value):
-        return False
-    return a.value == b.value or (type(a.value) is float and math.isnan(a.value) and math.isnan(b.value))
+    return a[:3] == b[:3] and type(a.value) is type(b.value) and same_value(a.value, b.value)
+
+
+def same_value(a: object, b: object) -> bool:
+    """``a == b``, a NaN equal to a NaN (``==`` tells two NaN objects apart).
+
+    >>> same_value(float("nan"), float("nan")), same_value(1, 1.0), same_value(1.5, None)
+    (True, True, False)
+    """
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
 
 
 def _value(column: object, value: object):

@@ -455,23 +455,23 @@ def recorded_runs(listings: Listings, root: str, record: dict | None, runs: list
             found[(run_name, run_nonce)] = number
     except OSError:
         return None
-    return RecordedRuns(log, found, segments)
+    return RecordedRuns(root, found, segments)
 
 
 class RecordedRuns(Mapping):
     """:func:`recorded_runs`' answer, ``{(name, nonce): [segment path, ...]}``: a run's paths are
     spelled when asked for, since a query the view answers reads none of them.
 
-    >>> runs = RecordedRuns("/r/log", {("a", "1"): 0}, [["s-1.parquet"]])
+    >>> runs = RecordedRuns("/r", {("a", "1"): 0}, [["s-1.parquet"]])
     >>> dict(runs)
     {('a', '1'): ['/r/log/name=a/nonce=1/s-1.parquet']}
     """
 
-    def __init__(self, log: str, numbers: dict[tuple[str, str], int], segments: list[list[str]]):
-        self._log, self._numbers, self._segments = log, numbers, segments
+    def __init__(self, root: str, numbers: dict[tuple[str, str], int], segments: list[list[str]]):
+        self._root, self._numbers, self._segments = root, numbers, segments
 
     def __getitem__(self, run: tuple[str, str]) -> list[str]:
-        folder = f"{self._log}/name={run[0]}/nonce={run[1]}"
+        folder = run_dir(self._root, *run)
         return [f"{folder}/{f}" for f in self._segments[self._numbers[run]]]
 
     def __iter__(self) -> Iterator[tuple[str, str]]:

@@ -278,10 +278,18 @@ def read_view(root: RootFolder, path: str) -> View:
     except FileNotFoundError:
         raise
     except Exception as e:
-        raise CorruptSegment(
-            f"corrupt view {rootfs.url(root.fs, path)} ({e}); views are derived from the log: "
-            "delete it and run `theseus compact` to rebuild one"
-        ) from e
+        raise CorruptSegment(corrupt_view_message(root, path, e)) from e
+
+
+def corrupt_view_message(root: RootFolder, path: str, error: Exception) -> str:
+    """What a reader says of a view it cannot use: which one, why, and that it can be rebuilt.
+
+    >>> from theseus.store import Store
+    >>> corrupt_view_message(Store("/tmp/r"), "/tmp/r/view/v.parquet", ValueError("bad page")).split(";")[0]
+    'corrupt view /tmp/r/view/v.parquet (bad page)'
+    """
+    return (f"corrupt view {rootfs.url(root.fs, path)} ({error}); views are derived from the log: "
+            "delete it and run `theseus compact` to rebuild one")
 
 
 def scan_view(root: RootFolder, view: View, numbers: list[int] | None = None,
@@ -312,8 +320,7 @@ def scan_view(root: RootFolder, view: View, numbers: list[int] | None = None,
         except FileNotFoundError:
             raise
         except Exception as e:  # a page that fails its CRC: the view is derived, readers fold from the log
-            raise CorruptView(f"corrupt view {rootfs.url(root.fs, view.path)} ({e}); views are derived from the log: "
-                              "delete it and run `theseus compact` to rebuild one", view.path) from e
+            raise CorruptView(corrupt_view_message(root, view.path, e), view.path) from e
         base = dict(zip(groups, np.cumsum([0] + [starts[g + 1] - starts[g] for g in groups]).tolist()))
         parts = []
         for number, (lo, hi) in zip(numbers, spans):

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from theseus.store import fs as rootfs
 from theseus.store.fold import WRITTEN, fold_run, node_ids, with_identity
 from theseus.store.index import Index
+from theseus.store.latest import same_value
 from theseus.store.node import MAX_SEQ
 from theseus.store.scope import empty_nodes
 from theseus.store.segments import CorruptSegment, record_listings, union_keys
@@ -39,6 +40,7 @@ from theseus.store.view import (
     VIEW_SUMMARY,
     VIEW_SUMMARY_DIGEST,
     CorruptView,
+    corrupt_view_message,
     is_view,
     read_view,
     view_columns,
@@ -266,8 +268,7 @@ def check_view(index: Index, path: str, runs: dict[tuple[str, str], list[str]], 
     try:
         view.summaries  # noqa: B018 (parsed here to check it: readers parse it lazily and skip a damaged one)
     except ValueError as e:
-        raise CorruptSegment(f"corrupt view {rootfs.url(index.fs, path)} ({e}); views are derived from the log: "
-                             "delete it and run `theseus compact` to rebuild one") from e
+        raise CorruptSegment(corrupt_view_message(index, path, e)) from e
     try:
         with index.fs.open(path, "rb") as f:
             table = pq.ParquetFile(f, metadata=view.meta, page_checksum_verification=True).read(use_threads=False)
@@ -320,11 +321,8 @@ def same_records(left: dict[str, tuple], right: dict[str, tuple]) -> bool:
     >>> same_records({"l": (nan, 1, "w")}, {"l": [float("nan"), 1, "w"]}), same_records({"l": (1, 1, "w")}, {})
     (True, False)
     """
-    def same(a, b) -> bool:
-        return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
-
     return left.keys() == right.keys() and all(
-        len(left[k]) == len(right[k]) and all(same(a, b) for a, b in zip(left[k], right[k])) for k in left)
+        len(left[k]) == len(right[k]) and all(map(same_value, left[k], right[k])) for k in left)
 
 
 def run_counts(frame: pl.DataFrame) -> tuple[int, int, int]:
