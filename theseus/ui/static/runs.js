@@ -41,9 +41,9 @@ T.pages.runs = (() => {
 
   function cell(c, r) {
     const v = r[c.key];
-    if (c.key === "name") return `<td><a class="run-link" href="#/run/${r.nonce}">${T.esc(v)}</a></td>`;
+    if (c.key === "name") return `<td><a class="run-link" href="#/run/${T.esc(encodeURIComponent(r.nonce))}">${T.esc(v)}</a></td>`;
     if (c.key === "status") return `<td data-col="status">${T.statusBadge(v)}</td>`;
-    if (c.key === "written") return `<td class="ago" data-ns="${v}" title="${T.when(v)}">${T.ago(v)}</td>`;
+    if (c.key === "written") return `<td class="ago" data-ns="${T.esc(v)}" title="${T.esc(T.when(v))}">${T.esc(T.ago(v))}</td>`;
     return `<td class="${c.num ? "num" : ""}${c.mono ? " mono" : ""}" data-col="${T.esc(c.key)}">${T.esc(T.fmt(v))}</td>`;
   }
 
@@ -63,7 +63,7 @@ T.pages.runs = (() => {
         last = groupOf(r);
         body.push(`<tr class="group"><td colspan="${cols.length + 1}">${T.esc(group)} = ${T.esc(last)} (${counts[last]} runs)</td></tr>`);
       }
-      body.push(`<tr data-nonce="${r.nonce}"><td class="sel"><input type="checkbox" class="pick" ${selected.has(r.nonce) ? "checked" : ""}></td>`
+      body.push(`<tr data-nonce="${T.esc(r.nonce)}"><td class="sel"><input type="checkbox" class="pick" ${selected.has(r.nonce) ? "checked" : ""}></td>`
         + cols.map(c => cell(c, r)).join("") + "</tr>");
     }
     const table = document.getElementById("runs-table");
