@@ -241,16 +241,23 @@ def check_regular(fs: fsspec.AbstractFileSystem, path: str) -> None:
             raise NotPlainFile(f"{path} is {kind_of(mode)}, not a regular file: not read")
 
 
-def open_regular(path: str):
+def open_regular(path: str, single_link: bool = False):
     """Open a local regular file for binary reading, refusing anything else without blocking.
 
     The checks are made on the open file itself (no race with a swap): a link is not
-    followed, and a FIFO is opened without waiting for a writer, then refused.
+    followed, and a FIFO is opened without waiting for a writer, then refused. With
+    ``single_link``, a file with more than one hard link is refused too: a hard link
+    made inside the root may name any file of the same filesystem, outside the root.
 
     >>> import tempfile
     >>> with open_regular(tempfile.mkstemp()[1]) as f:
     ...     f.read()
     b''
+    >>> path = tempfile.mkstemp()[1]; os.link(path, path + ".twin")
+    >>> open_regular(path, single_link=True)
+    Traceback (most recent call last):
+    ...
+    theseus.store.fs.NotPlainFile: ... has 2 hard links (one may be outside the root): not read
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
@@ -258,26 +265,70 @@ def open_regular(path: str):
         if e.errno == errno.ELOOP:  # the last part is a link
             raise NotPlainFile(f"{path} is a symbolic link: not followed") from None
         raise
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or (single_link and st.st_nlink > 1):
         os.close(fd)
-        raise NotPlainFile(f"{path} is {kind_of(mode)}, not a regular file: not read")
+        raise NotPlainFile(f"{path} is {kind_of(st.st_mode)}, not a regular file: not read"
+                           if not stat.S_ISREG(st.st_mode) else _linked(path, st.st_nlink))
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 
 
-def read_regular(fs: fsspec.AbstractFileSystem, path: str) -> bytes:
-    """The bytes of a file of the root; locally only a regular file (see :func:`open_regular`).
+def _linked(path: str, links: int) -> str:
+    return f"{path} has {links} hard links (one may be outside the root): not read"
+
+
+def read_regular(fs: fsspec.AbstractFileSystem, path: str, single_link: bool = False) -> bytes:
+    """The bytes of a file of the root; locally only a regular file (see :func:`open_regular`,
+    which ``single_link`` is passed to; object stores have no links).
 
     >>> fs, p = open_root("/tmp/theseus-doc")
     >>> publish(fs, p + "/hello.txt", b"hi")
-    >>> read_regular(fs, p + "/hello.txt")
+    >>> read_regular(fs, p + "/hello.txt", single_link=True)
     b'hi'
     """
     if not is_local(fs):
         return fs.cat_file(path)
-    with open_regular(path) as f:
+    with open_regular(path, single_link) as f:
         return f.read()
+
+
+def walk_files(fs: fsspec.AbstractFileSystem, folder: str, limit: int) -> tuple[list[tuple[str, int]], bool]:
+    """``([(path relative to folder, size)], cut)``: the regular files under ``folder`` with one
+    hard link, reached without a link (links are neither followed nor listed), sorted; at most
+    ``limit`` entries are looked at (files and folders), and ``cut`` says whether more were left.
+    A missing folder has no files. Callers check the folder itself with :func:`check_inside`.
+
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp(); write_atomic(d + "/a/b.txt", b"hi"); os.symlink("/", d + "/up")
+    >>> walk_files(open_root(d)[0], d, 10), walk_files(open_root(d)[0], d, 1)
+    (([('a/b.txt', 2)], False), ([], True))
+    """
+    if not is_local(fs):
+        try:
+            found = sorted(fs.find(folder, detail=True).items())
+        except FileNotFoundError:
+            return [], False
+        files = [(p[len(folder) + 1:], int(info.get("size") or 0)) for p, info in found[:limit]
+                 if info.get("type") != "directory" and p.startswith(folder + "/")]
+        return files, len(found) > limit
+    files, todo, seen = [], [""], 0
+    while todo:
+        prefix = todo.pop()
+        try:
+            entries = sorted(os.scandir(f"{folder}/{prefix}" if prefix else folder), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > limit:
+                return sorted(files), True
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                todo.append(prefix + entry.name + "/")
+            elif stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                files.append((prefix + entry.name, st.st_size))
+    return sorted(files), False
 
 
 def check_inside(fs: fsspec.AbstractFileSystem, root: str, path: str) -> None:

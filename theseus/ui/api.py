@@ -222,7 +222,7 @@ def routes(api: Api) -> list[Route]:
 
     def file(request: Request, body: Any) -> Response:
         data, kind = node_data.read_artifact(api.store, request.path_params["node_id"], request.path_params["path"])
-        return Response(data, media_type=kind, headers={"x-content-type-options": "nosniff"})
+        return Response(data, media_type=kind, headers=node_data.artifact_headers(request.path_params["path"]))
 
     table_routes = [("/api/runs", runs, ["GET"]), ("/api/poll", poll, ["GET"]), ("/api/keys", config_keys, ["GET"]),
                     ("/api/filter", filter_runs, ["POST"]), ("/api/csv", csv, ["POST"]),

@@ -1,8 +1,10 @@
 """The node page's data: the folded record, the artifact files, and the commands that use the node.
 
-Artifact files are served only from the node's own folder, only regular files reached
-without a link (DESIGN.md invariant 6), and never run: pictures are shown, the rest is
-offered as text or bytes.
+Artifact files are listed and served only from the node's own folder, only regular files with
+one hard link reached without a link (DESIGN.md invariant 6: a link, soft or hard, may name a
+file outside the root), and never run: raster pictures are shown, text is served as plain
+text, anything else as a download. An analysis folder without its ``MANIFEST.json`` (a
+publication that was interrupted) is named as such, its files neither listed nor served.
 
 >>> import tempfile
 >>> from theseus.store import Node, Store
@@ -25,36 +27,88 @@ from theseus.store import Node, Store, layout, schema
 from theseus.store import fs as rootfs
 from theseus.store.fold import WRITTEN
 
-SHOWN_INLINE = (".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp")
-MAX_FILES = 500  # listed per node; a folder of more is cut, saying so
+PICTURES = {"image/png", "image/jpeg", "image/gif", "image/webp"}  # raster: shown inline, never run
+TEXT = ("application/json", "application/x-yaml", "application/yaml", "image/svg+xml")  # shown as their text
+MAX_ENTRIES = 2000  # files and folders looked at per node; a larger folder is cut, saying so
+# an artifact response: nothing in it runs, even opened on its own
+ARTIFACT_POLICY = "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; sandbox"
 
 
-def artifacts(store: Store, node_id: str) -> list[dict[str, Any]]:
-    """The files of the node's artifact folder: root-relative path (within the folder), size, and
-    whether the page shows it as a picture.
-
-    >>> import tempfile
-    >>> artifacts(Store(tempfile.mkdtemp()), Node("a.b.c", "abcdef", 0).id)
-    []
-    """
+def _folder(store: Store, node_id: str) -> str:
+    """The node's artifact folder, refused (NotPlainFile) when a link lies on the way to it."""
     folder = store.path(layout.OBJECTS, Node.from_id(node_id).id)
+    rootfs.check_inside(store.fs, store.path(), folder)
+    return folder
+
+
+def _unsealed(paths: list[str]) -> set[str]:
+    """The analysis folders (``analysis/<name>``) among ``paths`` that hold no MANIFEST.json."""
+    folders = {"/".join(p.split("/")[:2]) for p in paths if p.startswith(layout.ANALYSIS + "/") and p.count("/") > 1}
+    return {f for f in folders if f"{f}/{layout.MANIFEST}" not in paths}
+
+
+def listing(store: Store, node_id: str) -> dict[str, Any]:
+    """The files of the node's artifact folder: ``artifacts`` (path within the folder, size, whether
+    the page shows it as a picture), ``interrupted`` (analysis folders without a manifest, whose
+    files are left out), ``artifacts_cut`` (the folder held more than ``MAX_ENTRIES`` entries) and
+    ``artifacts_refused`` (why nothing is listed: a link on the way to the folder; None when listed).
+
+    >>> import os, tempfile
+    >>> store = Store(tempfile.mkdtemp()); n = Node("a.b.c", "abcdef", 0)
+    >>> rootfs.write_atomic(store.objects(n) + "/analysis/norms/a.npy", b"x")
+    >>> rootfs.write_atomic(store.objects(n) + "/loss.png", b"x")
+    >>> found = listing(store, n.id)
+    >>> found["artifacts"], found["interrupted"]
+    ([{'path': 'loss.png', 'bytes': 1, 'picture': True}], ['analysis/norms'])
+    """
     try:
-        found = store.fs.find(folder, detail=True)
-    except FileNotFoundError:
-        return []
-    files = []
-    for path, info in sorted(found.items())[:MAX_FILES]:
-        relative = path[len(folder) + 1:]
-        if not relative or info.get("type") not in (None, "file") or info.get("islink"):
-            continue
-        files.append({"path": relative, "bytes": info.get("size"),
-                      "picture": relative.lower().endswith(SHOWN_INLINE)})
-    return files
+        folder = _folder(store, node_id)
+    except rootfs.NotPlainFile as e:
+        return {"artifacts": [], "interrupted": [], "artifacts_cut": False, "artifacts_refused": str(e)}
+    found, cut = rootfs.walk_files(store.fs, folder, MAX_ENTRIES)
+    unsealed = _unsealed([path for path, _ in found])
+    files = [{"path": path, "bytes": size, "picture": _media_type(path) in PICTURES}
+             for path, size in found if "/".join(path.split("/")[:2]) not in unsealed]
+    return {"artifacts": files, "interrupted": sorted(unsealed), "artifacts_cut": cut, "artifacts_refused": None}
+
+
+def _media_type(relative: str) -> str:
+    return mimetypes.guess_type(relative)[0] or "application/octet-stream"
+
+
+def served_type(relative: str) -> str:
+    """The media type an artifact is served with: a raster picture's own, ``text/plain`` for text
+    (HTML, XML, SVG, JSON and YAML included: shown, never run), else ``application/octet-stream``.
+
+    >>> served_type("a.png"), served_type("page.xhtml"), served_type("x.svg"), served_type("w.bin")
+    ('image/png', 'application/octet-stream', 'text/plain; charset=utf-8', 'application/octet-stream')
+    """
+    kind = _media_type(relative)
+    if kind in PICTURES:
+        return kind
+    if kind.startswith("text/") or kind in TEXT:
+        return "text/plain; charset=utf-8"
+    return "application/octet-stream"
+
+
+def artifact_headers(relative: str) -> dict[str, str]:
+    """The headers an artifact is served with: the browser may not guess another type, runs nothing
+    in it (a sandbox), and downloads what is neither a picture nor text.
+
+    >>> artifact_headers("run.xhtml")["content-disposition"]
+    'attachment; filename="run.xhtml"'
+    """
+    inline = served_type(relative) != "application/octet-stream"
+    name = relative.rsplit("/", 1)[-1].replace("\\", "_").replace('"', "_")
+    name = "".join(c if " " <= c < "\x7f" else "_" for c in name)
+    return {"x-content-type-options": "nosniff", "content-security-policy": ARTIFACT_POLICY,
+            "content-disposition": f'{"inline" if inline else "attachment"}; filename="{name}"'}
 
 
 def read_artifact(store: Store, node_id: str, relative: str) -> tuple[bytes, str]:
-    """``(bytes, media type)`` of one artifact file; a ValueError for a path leaving the folder,
-    NotPlainFile for a link or anything not a regular file.
+    """``(bytes, media type)`` of one artifact file (:func:`served_type`); a ValueError for a path
+    leaving the folder or a file of an interrupted analysis, NotPlainFile for a link (soft or hard)
+    or anything not a regular file.
 
     >>> import tempfile
     >>> read_artifact(Store(tempfile.mkdtemp()), Node("a.b.c", "abcdef", 0).id, "../x")
@@ -62,16 +116,16 @@ def read_artifact(store: Store, node_id: str, relative: str) -> tuple[bytes, str
     ...
     ValueError: '../x' is not a relative path inside the folder
     """
-    folder = store.path(layout.OBJECTS, Node.from_id(node_id).id)
-    path = f"{folder}/{rootfs.check_relative(relative)}"
+    rootfs.check_relative(relative)
+    folder = _folder(store, node_id)
+    path = f"{folder}/{relative}"
     rootfs.check_inside(store.fs, store.path(), path)
-    data = rootfs.read_regular(store.fs, path)
-    kind = mimetypes.guess_type(relative)[0] or "application/octet-stream"
-    if kind.startswith("text/") or kind in ("application/json", "application/x-yaml"):
-        kind = "text/plain; charset=utf-8"  # shown, never run as HTML or script
-    elif kind == "image/svg+xml":
-        kind = "text/plain; charset=utf-8"  # an SVG can hold script: shown as its text
-    return data, kind
+    parts = relative.split("/")
+    if parts[0] == layout.ANALYSIS and len(parts) > 2 and parts[2] != layout.MANIFEST:
+        if not store.fs.exists(f"{folder}/{parts[0]}/{parts[1]}/{layout.MANIFEST}"):
+            raise ValueError(f"{parts[0]}/{parts[1]} has no {layout.MANIFEST}: its publication was interrupted, "
+                             "so its files are not served")
+    return rootfs.read_regular(store.fs, path, single_link=True), served_type(relative)
 
 
 def commands(root: str, node: Node, checkpoint: bool) -> dict[str, str]:
@@ -113,5 +167,5 @@ def node_page(store: Store, node_id: str) -> dict[str, Any]:
     return {"id": node.id, "name": node.name, "nonce": node.nonce, "seq": node.seq,
             "parent": record.get("parent"), "written": record.get(WRITTEN),
             "record": {k: v for k, v in sorted(record.items()) if k not in ("node", "parent", WRITTEN)},
-            "checkpoint": record.get(schema.CHECKPOINT), "artifacts": artifacts(store, node.id),
+            "checkpoint": record.get(schema.CHECKPOINT), **listing(store, node.id),
             "commands": commands(store.root, node, schema.CHECKPOINT in record)}
