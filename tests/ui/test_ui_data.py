@@ -126,7 +126,7 @@ def test_api_answers_refuses_bad_input_and_never_writes(tmp_path):
     with store.writer() as w:
         w.artifacts(a, f"objects/{a.id}")
     before = _snapshot(root)
-    client = TestClient(create_app(root))
+    client = TestClient(create_app(root), base_url="http://127.0.0.1")
     assert {r["nonce"] for r in client.get("/api/runs").json()["rows"]} == {a.nonce, b.nonce}
     assert client.get("/api/run/abcdef").status_code == 404
     assert "6 lowercase hex" in client.get("/api/run/ABC").json()["error"]
@@ -170,7 +170,7 @@ def test_the_log_panel_says_why_a_run_has_no_process_output(tmp_path):
     with store.writer() as w:
         w.job(spec.first_node(), spec.job_key, "")
     publish_log(spec, 0, b"hello from process 0\n")
-    client = TestClient(create_app(root))
+    client = TestClient(create_app(root), base_url="http://127.0.0.1")
     assert client.get(f"/api/run/{script.nonce}/logs").json() == {"logs": [], "note": NO_JOB}
     assert client.get(f"/api/run/{job.nonce}/logs").json() == {"logs": [], "note": NOT_LAUNCHED}
     launched = client.get("/api/run/abcdef/logs").json()

@@ -42,7 +42,7 @@ def test_the_data_layer_reads_a_gcs_root(gcs_emulator):
     with store.writer() as w:
         w.artifacts(a, f"objects/{a.id}")
     before = _objects(store)
-    client = TestClient(create_app(url))
+    client = TestClient(create_app(url), base_url="http://127.0.0.1")
 
     got = client.get("/api/runs").json()
     assert got["root"] == url

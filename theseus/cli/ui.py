@@ -26,7 +26,9 @@ from theseus.ui.status import STALE_AFTER_S
 
 def ui(
     root: Annotated[str, typer.Argument(help="The root folder or gs:// URL (only read, never written)")],
-    host: Annotated[str, typer.Option(help="The address to listen on (127.0.0.1: this machine only)")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(
+        help="The address to listen on (127.0.0.1: this machine only); the app answers only requests "
+             "naming it or a loopback name")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="The port to listen on")] = DEFAULT_PORT,
     stale_after: Annotated[float, typer.Option(
         "--stale-after", help="Seconds without a write after which a running run shows as stale")] = STALE_AFTER_S,
@@ -45,7 +47,7 @@ def ui(
     if not 0 < port < 65536:
         fail(f"--port must be between 1 and 65535, got {port}", 2)
     try:
-        app = create_app(root, stale_after_s=stale_after)
+        app = create_app(root, stale_after_s=stale_after, hosts=[host])
     except (FileNotFoundError, ValueError) as e:
         fail(str(e), 2)
     Console(highlight=False).print(f"theseus ui: http://{host}:{port}/ over {root} (read-only; Ctrl-C stops)")

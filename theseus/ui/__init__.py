@@ -7,7 +7,7 @@ adds the static pages and runs uvicorn. The data layer is testable without a bro
 
 >>> import tempfile
 >>> from starlette.testclient import TestClient
->>> TestClient(create_app(tempfile.mkdtemp())).get("/api/runs").json()["rows"]
+>>> TestClient(create_app(tempfile.mkdtemp()), base_url="http://127.0.0.1").get("/api/runs").json()["rows"]
 []
 """
 
