@@ -68,7 +68,7 @@ __all__ = ["audit", "flatten", "gc"]
 
 
 def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: bool = True,
-          threads: int | None = None) -> AuditReport:
+          threads: int | None = None, read_only: bool = False) -> AuditReport:
     """Audit ``root`` (a folder or ``gs://`` URL), or only the run ``nonce`` (and the runs it branched from).
 
     Reads the log once, lists and checks every committed checkpoint against its
@@ -76,7 +76,9 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
     ``threads`` readers at once), and lists unreferenced object folders. Raises
     FileNotFoundError for a root that does not exist and ValueError for a
     malformed or unknown nonce; everything found inside the root is a
-    :class:`Problem` of the report.
+    :class:`Problem` of the report. A view found corrupt or disagreeing with the
+    log is marked rejected (readers skip it from then on), unless ``read_only``:
+    then the audit writes nothing and only reports it (the ui audits that way).
 
     >>> import tempfile
     >>> report = audit(tempfile.mkdtemp())
@@ -91,7 +93,7 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
         check_nonce(nonce)
     problems: list[Problem] = []
     log, segments = _load_log(fs, base, nonce, problems)
-    problems += _view_problems(fs, base, nonce)
+    problems += _view_problems(fs, base, nonce, mark=not read_only)
     nodes = _nodes(log)
     audited = nodes.filter(pl.col("nonce") == nonce) if nonce is not None else nodes
     problems += _identity_problems(audited)
@@ -248,14 +250,17 @@ def _read_log(fs, base: str, nonce: str | None, problems: list[Problem]) -> tupl
     return (pl.concat(frames) if frames else empty_frame().collect()), count
 
 
-def _view_problems(fs, base: str, nonce: str | None) -> list[Problem]:
-    """Every view checked through against the log (``view.check_view``): for run ``nonce`` only, when given."""
+def _view_problems(fs, base: str, nonce: str | None, mark: bool) -> list[Problem]:
+    """Every view checked through against the log (``view.check_view``): for run ``nonce`` only, when given;
+    a bad one is marked rejected when ``mark``."""
     index = Index(fs, base)
     views = list_views(index)
     if not views:
         return []
     runs = index.runs()
-    advice = "readers skip it from now on (marked rejected) and `theseus compact` rebuilds it from the log"
+    advice = ("readers skip it from now on (marked rejected) and `theseus compact` rebuilds it from the log" if mark
+              else "not marked rejected (a read-only audit): `theseus audit ROOT` marks it, so readers skip it, "
+                   "and `theseus compact` rebuilds it from the log")
     problems = []
     for path in views:
         rel = relative(base, path)
@@ -268,8 +273,10 @@ def _view_problems(fs, base: str, nonce: str | None) -> list[Problem]:
         else:
             found = [Problem("view-differs", rel, f"view {rel} disagrees with the log for run {line}")
                      for line in differs]
-        if found:
+        if found and mark:
             problems += _rejected(index, path, found, advice)
+        elif found:
+            problems += [dataclasses.replace(p, message=f"{p.message}; {advice}") for p in found]
     return problems
 
 

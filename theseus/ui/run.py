@@ -82,7 +82,7 @@ def run_page(store: Store, follower: Follower, nonce: str, with_audit: bool = Tr
             "checkpoints": checkpoints(run), "evals": evaluations(run), "error": run.latest(schema.ERROR),
             "resumes": [], "audit": None}
     if with_audit:
-        report = audit(store.root, nonce, verify_checksums=False)
+        report = audit(store.root, nonce, verify_checksums=False, read_only=True)  # the ui never writes
         mine = next((r for r in report.runs if r.nonce == nonce), None)
         sizes = {c.seq: c.bytes for c in mine.checkpoints} if mine else {}
         for item in page["checkpoints"]:
@@ -96,7 +96,8 @@ def run_page(store: Store, follower: Follower, nonce: str, with_audit: bool = Tr
 
 def process_logs(store: Store, nonce: str, tail_bytes: int = LOG_TAIL_BYTES) -> list[dict[str, Any]]:
     """The published output of each process of each launch of the run (``theseus logs``), the last
-    ``tail_bytes`` of each.
+    ``tail_bytes`` of each; only regular files with one hard link, reached without a link, are read (a refused
+    one's text says why).
 
     >>> import tempfile
     >>> from theseus.store import Node
@@ -109,7 +110,12 @@ def process_logs(store: Store, nonce: str, tail_bytes: int = LOG_TAIL_BYTES) -> 
     """
     found = []
     for log in find_logs(store.root, nonce):
-        text = log.text()
+        path = store.path(layout.OBJECTS, log.node.id, layout.PROCESS_LOGS, log.path.rsplit("/", 1)[-1])
+        try:
+            rootfs.check_inside(store.fs, store.path(), path)
+            text = rootfs.read_regular(store.fs, path, single_link=True).decode(errors="replace")
+        except rootfs.NotPlainFile as e:  # shown in its place: the panel still lists the others
+            text = f"not shown: {e}"
         found.append({"title": log.title, "seq": log.node.seq, "process": log.process, "attempt": log.attempt,
                       "bytes": len(text.encode()), "text": text[-tail_bytes:]})
     return found
@@ -164,5 +170,5 @@ def config_diff(store: Store, follower: Follower, nonce: str, other: str) -> lis
         raise EmptyResult(f"node {other} has no committed checkpoint, so no saved config to compare with")
     path = store.path(*checkpoint_path(folder).split("/"), layout.CONFIG_FILE)
     rootfs.check_inside(store.fs, store.path(), path)
-    tree = yaml.safe_load(rootfs.read_regular(store.fs, path))
+    tree = yaml.safe_load(rootfs.read_regular(store.fs, path, single_link=True))
     return diff(this, flatten(tree) if isinstance(tree, dict) else {})
