@@ -27,11 +27,26 @@ def scan(fs: fsspec.AbstractFileSystem, paths: list[str]) -> pl.LazyFrame:
     """A lazy frame over segment ``paths`` with ``name`` and ``nonce`` from the partition folders.
 
     Local roots are scanned by Polars directly (predicate and projection
-    pushdown); object-store roots are fetched with fsspec in parallel.
+    pushdown), each path checked first to be a regular file (a FIFO named like a segment
+    would block the scan forever: it is a CorruptSegment naming it); object-store roots are
+    fetched with fsspec in parallel.
+
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp() + "/log/name=a/nonce=abcdef"; os.makedirs(folder)
+    >>> os.mkfifo(folder + "/s-1.parquet")
+    >>> scan(rootfs.open_root("/")[0], [folder + "/s-1.parquet"])
+    Traceback (most recent call last):
+    ...
+    theseus.store.segments.CorruptSegment: not a segment: .../s-1.parquet is a FIFO (named pipe), not a regular file...
     """
     if not paths:
         return empty_frame()
     if rootfs.is_local(fs):
+        for path in paths:
+            try:
+                rootfs.check_regular(fs, path)
+            except rootfs.NotPlainFile as e:
+                raise CorruptSegment(f"not a segment: {e}") from e
         return pl.scan_parquet(paths, hive_partitioning=True, hive_schema=HIVE)
     with ThreadPoolExecutor(min(32, len(paths))) as pool:
         tables = list(pool.map(lambda p: _read_remote(fs, p), paths))

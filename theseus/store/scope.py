@@ -14,6 +14,7 @@ parsing the view's footer):
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Callable, TypeVar
 
@@ -22,7 +23,8 @@ import pyarrow as pa
 
 from theseus.store.fold import DTYPES, WRITTEN, fold_run, fold_values, python_values, with_identity
 from theseus.store.index import Index
-from theseus.store.segments import is_glob, retry_vanished, union_keys, vanished
+from theseus.store.segments import CorruptSegment, is_glob, retry_vanished, union_keys, vanished
+from theseus.store.summary import UnreadableRun
 from theseus.store.view import CorruptView
 from theseus.store.views import Views
 
@@ -87,28 +89,47 @@ class Scope:
         footers alone where their whole footers are not parsed yet, for a query that folds few of them)."""
         return union_keys(self._key_types(light))
 
-    def type_sets(self) -> dict[str, set[str]]:
+    def type_sets(self, skip_unreadable: bool = False) -> dict[str, set[str]]:
         """Every key logged in the scope with each type a segment (or a run of the view) holds it with.
 
+        ``skip_unreadable``: a segment whose footer cannot be read adds no types (an ``UnreadableRun``
+        warning names it) instead of raising, so one bad file of a run stops no writer of the root.
+
+        >>> import os
         >>> from theseus.store.store import _doc_store
         >>> store, n = _doc_store()
         >>> Scope(Index(store.fs, store.path()), nonce=n.nonce).type_sets()
         {'loss': {'float'}}
+        >>> os.mkfifo(store._index.segments()[0].replace("/s-", "/s-9"))
+        >>> Scope(Index(store.fs, store.path()), nonce=n.nonce).type_sets(skip_unreadable=True)
+        {'loss': {'float'}}
         """
         found: dict[str, set[str]] = {}
-        for keys in self._key_types():
+        for keys in self._key_types(skip_unreadable=skip_unreadable):
             for key, kind in keys.items():
                 found.setdefault(key, set()).add(kind)
         return found
 
-    def _key_types(self, light: bool = False) -> list[dict[str, str]]:
+    def _key_types(self, light: bool = False, skip_unreadable: bool = False) -> list[dict[str, str]]:
         """The ``{key: type}`` of each run of the view in scope and of each segment read from the log."""
         view = self.view
         sets = [view.keys(i) for i in {view.signature(i): i for i in self.in_view.values()}.values()]
         logged = [p for run in self.runs if run not in self.in_view or run in self.newer
                   for p in (self.newer[run] if run in self.newer else self.runs[run])]
         footers = self.index.footers
-        return sets + (footers.keys_of(logged) if light else [f.keys for f in footers.footers(logged)])
+        if light:
+            return sets + footers.keys_of(logged)
+        try:
+            return sets + [f.keys for f in footers.footers(logged)]
+        except CorruptSegment:
+            if not skip_unreadable:
+                raise
+        for path in logged:  # one at a time: only the bad files are left out
+            try:
+                sets.append(footers.footers([path])[0].keys)
+            except CorruptSegment as e:
+                warnings.warn(f"its types are not known: {e}", UnreadableRun, stacklevel=4)
+        return sets
 
     def nodes(
         self,

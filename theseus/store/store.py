@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import polars as pl
@@ -18,7 +17,7 @@ from theseus.store.node import Node, check_nonce, decode_id
 from theseus.store.reader import latest_value, scan
 from theseus.store.scope import read_scope
 from theseus.store.segments import retry_vanished
-from theseus.store.summary import summarize, summarize_runs, summary_frame
+from theseus.store.summary import readable, summarize_each, summarize_runs, summary_frame
 from theseus.store.view_fold import refresh_view
 from theseus.store.writer import Writer
 
@@ -107,7 +106,9 @@ class Store:
         """One row per run: name, nonce, nodes, last seq, last write, status, finished, job, latest metrics.
 
         Costs a few operations per run, not per record (``theseus.store.summary``); listed and
-        read again when a concurrent compaction retires a segment mid-read.
+        read again when a concurrent compaction retires a segment mid-read. A run holding a segment
+        that cannot be read (truncated, a FIFO...) is left out with an ``UnreadableRun`` warning
+        naming the file: one bad file costs its own run, not the table.
         """
         self._index.require_root()
         return retry_vanished(self._read_runs)
@@ -127,14 +128,14 @@ class Store:
             if summary is None:
                 missing[run] = paths
             found[run] = summary
+        bad: dict = {}  # runs holding a segment that cannot be read: left out, each with a warning
         if missing and rootfs.is_local(self.fs):  # footer entries, then one scan of the blocks that can hold the latest
-            for run, summary in summarize_runs(index, missing).items():
+            for run, summary in summarize_runs(index, missing, bad).items():
                 found[run] = index.summaries[tuple(missing[run])] = summary
         elif missing:  # footers in one parallel pass, then the runs' few blocks in parallel too
-            index.footers.footers([p for paths in missing.values() for p in paths])
-            with ThreadPoolExecutor(min(8, len(missing))) as pool:
-                for run, summary in zip(missing, pool.map(lambda paths: summarize(index, paths), missing.values())):
-                    found[run] = index.summaries[tuple(missing[run])] = summary
+            for run, summary in summarize_each(index, missing, bad).items():
+                found[run] = index.summaries[tuple(missing[run])] = summary
+        found = readable(found, bad)
         return summary_frame(list(found.items()))
 
     def compact(self, name: str = "*", nonce: str = "*") -> dict[str, int]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -23,7 +24,7 @@ import polars as pl
 from theseus.store import schema
 from theseus.store.fold import DTYPES, WRITTEN, fold_run
 from theseus.store.schema import TYPES
-from theseus.store.segments import Footer, union_keys
+from theseus.store.segments import CorruptSegment, Footer, union_keys, vanished
 
 METRICS = ("train/loss", "val/loss", "train/tokens")
 SCAN_CHUNK = 500  # segments per scan of summarize_runs: the first scans run while later footers are read
@@ -66,37 +67,135 @@ def summarize(index: Any, paths: list[str]) -> Summary:
     return Summary(nodes, last, written, latest, keys)
 
 
-def summarize_runs(index: Any, runs: dict[tuple[str, str], list[str]]) -> dict[tuple[str, str], Summary]:
+def summarize_runs(index: Any, runs: dict[tuple[str, str], list[str]],
+                   bad: dict[tuple[str, str], CorruptSegment] | None = None) -> dict[tuple[str, str], Summary]:
     """The summaries of many runs of a local root (``{run: segment paths}``): what the segments'
     theseus footer entries say (read alone, ``FooterCache.indexes``), and the latest summary
     records their footers do not record from Polars scans of the segments that can hold them
     (rows read raw: their latest by stamp and writer, whatever the footers say). A run whose
     footers lack a dense block index is folded (:func:`summarize`).
 
+    A segment that cannot be read raises its CorruptSegment; given ``bad``, the run holding it is
+    left out of the answer and its error put in ``bad`` instead (one bad file costs its own run).
+
     >>> from theseus.store.store import _doc_store
     >>> store, n = _doc_store()
     >>> [s] = summarize_runs(store._index, store._index.runs()).values()
     >>> s == summarize(store._index, store._index.segments())
     True
+    >>> import os; bad = {}
+    >>> os.mkfifo(store._index.segments()[0].replace("/s-", "/s-9"))
+    >>> summarize_runs(store._index, store._index.runs(), bad), [str(e)[:14] for e in bad.values()]
+    ({}, ['not a segment:'])
     """
     found, partial, scans = {}, {}, []
     # a chunk's scan (no GIL) runs while the next chunk's footers are read
     with _collector_paused(), ThreadPoolExecutor(1) as pool:
-        chunk: list[str] = []
+        chunk: list[tuple[tuple[str, str], list[str]]] = []
         for number, (run, paths) in enumerate(runs.items()):
-            summary = _from_footers(index.footers.indexes(paths))
-            if summary is None:
-                found[run] = summarize(index, paths)
-            else:
-                partial[run] = summary
-                chunk += [paths[i] for i in sorted(summary[5])]
-            if chunk and (len(chunk) >= SCAN_CHUNK or number == len(runs) - 1):
-                scans.append(pool.submit(_latest_records, chunk))
+            try:
+                summary = _from_footers(index.footers.indexes(paths))
+                if summary is None:
+                    found[run] = summarize(index, paths)
+                else:
+                    partial[run] = summary
+                    if summary[5]:
+                        chunk.append((run, [paths[i] for i in sorted(summary[5])]))
+            except CorruptSegment as e:
+                if bad is None:
+                    raise
+                bad[run] = e
+            if chunk and (sum(len(p) for _, p in chunk) >= SCAN_CHUNK or number == len(runs) - 1):
+                scans.append((chunk, pool.submit(_latest_records, [p for _, paths in chunk for p in paths])))
                 chunk = []
-        latest = {run: records for scan in scans for run, records in scan.result().items()}
+        latest = {}
+        for part, scan in scans:
+            try:
+                latest.update(scan.result())
+            except (pl.exceptions.PolarsError, OSError) as e:
+                if bad is None or vanished(e):
+                    raise
+                latest.update(_latest_records_each(part, bad))
     for run, (nodes, last, written, keys, known, _) in partial.items():
-        found[run] = Summary(nodes, last, written, _newest(known, latest.get(run, {})), keys)
-    return {run: found[run] for run in runs}
+        if bad is None or run not in bad:
+            found[run] = Summary(nodes, last, written, _newest(known, latest.get(run, {})), keys)
+    return {run: found[run] for run in runs if run in found}
+
+
+def _latest_records_each(chunk: list[tuple[tuple[str, str], list[str]]],
+                         bad: dict[tuple[str, str], CorruptSegment]) -> dict[tuple[str, str], dict[str, tuple]]:
+    """:func:`_latest_records` of a chunk whose scan failed, one segment at a time: a run holding a
+    segment that cannot be read goes to ``bad`` with an error naming that segment."""
+    latest: dict[tuple[str, str], dict[str, tuple]] = {}
+    for run, paths in chunk:
+        for path in paths:
+            try:
+                found = _latest_records([path]).get(run, {})
+            except (pl.exceptions.PolarsError, OSError) as e:
+                if vanished(e):
+                    raise
+                bad[run] = CorruptSegment(f"corrupt or truncated segment {path}: {e}")
+                break
+            latest[run] = _newest(latest.get(run, {}), found)
+    return latest
+
+
+def summarize_each(index: Any, runs: dict[tuple[str, str], list[str]],
+                   bad: dict[tuple[str, str], CorruptSegment]) -> dict[tuple[str, str], Summary]:
+    """The summaries of many runs of any root, each by :func:`summarize` (footers read in one
+    parallel pass first); a run holding a segment that cannot be read is left out and its error
+    put in ``bad``.
+
+    >>> from theseus.store.store import _doc_store
+    >>> store, n = _doc_store()
+    >>> [s] = summarize_each(store._index, store._index.runs(), {}).values()
+    >>> s.nodes
+    1
+    """
+    try:
+        index.footers.footers([p for paths in runs.values() for p in paths])
+    except CorruptSegment:
+        pass  # each run's own read below names the bad file and costs that run alone
+
+    def one(paths: list[str]) -> Summary | CorruptSegment:
+        try:
+            return summarize(index, paths)
+        except CorruptSegment as e:
+            return e
+
+    found = {}
+    with ThreadPoolExecutor(max(1, min(8, len(runs)))) as pool:
+        for run, summary in zip(runs, pool.map(one, runs.values())):
+            if isinstance(summary, CorruptSegment):
+                bad[run] = summary
+            else:
+                found[run] = summary
+    return found
+
+
+def readable(found: dict[tuple[str, str], Any], bad: dict[tuple[str, str], CorruptSegment]) -> dict:
+    """``found`` without the runs in ``bad``, each reported by a warning naming its bad file; when
+    no run is left, the first error is raised (a root none of whose runs can be read is an
+    error, not an empty table).
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     left = readable({("a", "1"): 1, ("b", "2"): 2}, {("b", "2"): CorruptSegment("s-9.parquet: truncated")})
+    >>> left, str(caught[0].message)
+    ({('a', '1'): 1}, 'run b:2 left out: s-9.parquet: truncated')
+    """
+    for (name, nonce), error in bad.items():
+        warnings.warn(f"run {name}:{nonce} left out: {error}", UnreadableRun, stacklevel=5)
+    left = {run: value for run, value in found.items() if run not in bad}
+    if bad and not left:
+        raise next(iter(bad.values()))
+    return left
+
+
+class UnreadableRun(UserWarning):
+    """A run left out of an answer over many runs because one of its files cannot be read
+    (the message names the file); a query of that run alone raises the error."""
 
 
 @contextlib.contextmanager

@@ -391,7 +391,8 @@ class Writer:
     def _published_types(self, fresh: bool = False) -> dict[str, set[str]]:
         """``{key: types}`` of the user keys in the root, read once (again with ``fresh``)."""
         if self._published is None or fresh:
-            types = retry_vanished(lambda: Scope(self.index).type_sets())
+            # a segment that cannot be read adds no types: one bad file stops no writer of the root
+            types = retry_vanished(lambda: Scope(self.index).type_sets(skip_unreadable=True))
             self._published = {k: t for k, t in types.items() if not k.startswith("_")}
         return self._published
 

@@ -42,6 +42,9 @@ from theseus.ui.configs import run_config
 from theseus.ui.follow import Follower, PerVersion
 from theseus.ui.status import STALE_AFTER_S
 
+MAX_PAGE = 5000  # rows of /api/runs per request (the default page): a client pages with offset and total
+MAX_SERIES = 200  # runs x keys of /api/series per request
+MAX_CSV_RUNS = 10_000  # runs of /api/csv per request (a client asks for more in several)
 MIN_POLL_S = 0.25  # clients poll about every second; several clients share one listing within this
 
 
@@ -73,6 +76,8 @@ class Api:
         self.table = table.Rows(stale_after_s)
         self.numeric = PerVersion(series_data.run_numeric_keys)
         self.config = PerVersion(lambda run: set(run_config(run)))
+        self.logged = PerVersion(lambda run: {k for k in run.keys() if not k.startswith("_")})
+        self.held = table.HeldValues()
         self.token = 0  # grows when any run changes
         self._changed_at: dict[str, int] = {}  # nonce -> token of its last change
         self._last_poll = 0.0
@@ -118,6 +123,24 @@ def _list(value: str | None) -> list[str]:
     return [v for v in (value or "").split(",") if v]
 
 
+def _count(request: Request, name: str, default: int, most: int | None) -> int:
+    """The non-negative integer query parameter ``name`` (``default`` when absent); a ValueError naming
+    it when it is not one or exceeds ``most``.
+
+    >>> from starlette.requests import Request
+    >>> _count(Request({"type": "http", "query_string": b"limit=10"}), "limit", 5, 100)
+    10
+    """
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit():
+        raise ValueError(f"{name} must be a non-negative integer, got {raw!r}")
+    if most is not None and int(raw) > most:
+        raise ValueError(f"{name} is at most {most} rows per request, got {raw}: page with offset")
+    return int(raw)
+
+
 def _error(status: int, message: str) -> JSON:
     return JSON({"error": message}, status_code=status)
 
@@ -149,10 +172,13 @@ def routes(api: Api) -> list[Route]:
     """
 
     def runs(request: Request, body: Any) -> Response:
+        offset = _count(request, "offset", 0, None)
+        limit = _count(request, "limit", MAX_PAGE, MAX_PAGE)
         token = api.refresh()
         extra = _list(request.query_params.get("extra"))
         rows = api.rows(extra=extra)
-        return JSON({"token": token, "rows": rows, "root": api.store.root, "stale_after_s": api.stale_after_s,
+        return JSON({"token": token, "rows": rows[offset:offset + limit], "offset": offset, "limit": limit,
+                     "total": len(rows), "root": api.store.root, "stale_after_s": api.stale_after_s,
                      "keys": api.keys()})
 
     def poll(request: Request, body: Any) -> Response:
@@ -170,13 +196,18 @@ def routes(api: Api) -> list[Route]:
     def filter_runs(request: Request, body: Any) -> Response:
         conditions = [table.parse_condition(text) for text in body.get("conditions", []) if text.strip()]
         api.refresh()
-        return JSON({"nonces": sorted(table.matching(api.store, api.follower.runs, conditions))})
+        runs = api.follower.runs
+        found = table.held_matching(runs, conditions, api.held, api.logged.union(runs.values()))
+        return JSON({"nonces": sorted(found)})
 
     def csv(request: Request, body: Any) -> Response:
         columns = body.get("columns") or list(table.BASE_COLUMNS)
         extra = [c for c in columns if c not in table.BASE_COLUMNS and c not in table.MAIN_METRICS
                  and c not in ("project", "group", "run", "error")]
         nonces = body.get("nonces")
+        if nonces is not None and (not isinstance(nonces, list) or len(nonces) > MAX_CSV_RUNS):
+            raise ValueError(f"nonces must be a list of at most {MAX_CSV_RUNS} runs per CSV request, "
+                             f"got {len(nonces) if isinstance(nonces, list) else type(nonces).__name__}")
         rows = api.rows(nonces, extra)
         if nonces is not None:
             order = {n: i for i, n in enumerate(nonces)}
@@ -188,6 +219,10 @@ def routes(api: Api) -> list[Route]:
         api.refresh()
         x = request.query_params.get("x", series_data.SEQ)
         since = dict(item.split(":", 1) for item in _list(request.query_params.get("since")))
+        asked = len(_list(request.query_params.get("runs"))) * len(_list(request.query_params.get("keys")))
+        if asked > MAX_SERIES:
+            raise ValueError(f"at most {MAX_SERIES} series (runs x keys) per request, got {asked}: "
+                             "ask for fewer runs or keys at a time")
         series_data.check_keys([x, *_list(request.query_params.get("keys"))], api.keys())
         found = []
         for nonce in _list(request.query_params.get("runs")):

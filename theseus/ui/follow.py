@@ -26,6 +26,7 @@ True
 from __future__ import annotations
 
 import threading
+import warnings
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -33,7 +34,8 @@ import polars as pl
 from theseus.store import Store
 from theseus.store import fs as rootfs
 from theseus.store.reader import latest_records, scan
-from theseus.store.segments import Listings, list_runs, retry_vanished
+from theseus.store.segments import CorruptSegment, Listings, list_runs, retry_vanished, vanished
+from theseus.store.summary import UnreadableRun
 
 KEEP = ["node", "seq", "parent", "stamp", "writer", "key", "float", "int", "bool", "str"]
 EMPTY = pl.DataFrame(schema={"node": pl.String, "seq": pl.Int64, "parent": pl.String, "stamp": pl.Int64,
@@ -57,6 +59,7 @@ class RunLog:
     segments: set[str] = field(default_factory=set)
     rows: pl.DataFrame = field(default_factory=lambda: EMPTY)
     version: int = 0
+    unreadable: dict[str, str] = field(default_factory=dict)  # segment path -> why it cannot be read
 
     @property
     def label(self) -> str:
@@ -138,25 +141,61 @@ class Follower:
             run = self.runs.get(nonce)
             if run is None:
                 run = self.runs[nonce] = RunLog(name, nonce)
-            fresh = [p for p in paths if p not in run.segments]
+            fresh = [p for p in paths if p not in run.segments and p not in run.unreadable]
             if fresh:
                 new.setdefault(nonce, []).extend(fresh)
-        changed = []
+        changed = {}
         if new:
-            frame = scan(self.store.fs, [p for paths in new.values() for p in paths]).select([*KEEP, "nonce"])
-            records = frame.collect().partition_by("nonce", as_dict=True, include_key=False)
+            records = self._read(new)
             for nonce, paths in new.items():
                 run = self.runs[nonce]
-                run.fold(records.get((nonce,), EMPTY))
+                paths = [p for p in paths if p not in run.unreadable]
+                if paths:
+                    run.fold(records.get((nonce,), EMPTY))
+                else:
+                    run.version += 1  # only unreadable segments: the run's row shows them
                 run.segments.update(paths)
                 self.segments_read += len(paths)
-                changed.append(run)
+                changed[nonce] = run
         published: dict[str, set[str]] = {}  # by nonce: two names sharing a nonce keep both their segments
         for (name, nonce), paths in listed.items():
             published.setdefault(nonce, set()).update(paths)
         for nonce, paths in published.items():  # retired segments (a compaction) are forgotten
-            self.runs[nonce].segments.intersection_update(paths)
-        return changed
+            run = self.runs[nonce]
+            run.segments.intersection_update(paths)
+            if run.unreadable.keys() - paths:  # an unreadable segment removed: the run's row changes
+                run.unreadable = {p: why for p, why in run.unreadable.items() if p in paths}
+                run.version += 1
+                changed[nonce] = run
+        return list(changed.values())
+
+    def _read(self, new: dict[str, list[str]]) -> dict[tuple[str], pl.DataFrame]:
+        """The records of the segments ``new`` (by nonce), by nonce; a segment that cannot be read (not a
+        regular file, truncated, damaged) goes to its run's ``unreadable`` with a warning naming it, and
+        costs only that run: the others are read whole."""
+        paths = [p for run in new.values() for p in run]
+        try:
+            frame = scan(self.store.fs, paths).select([*KEEP, "nonce"]).collect()
+        except (CorruptSegment, pl.exceptions.PolarsError, OSError) as e:
+            if vanished(e):
+                raise
+            frame = pl.concat([self._read_run(nonce, run) for nonce, run in new.items()], how="vertical_relaxed")
+        return frame.partition_by("nonce", as_dict=True, include_key=False)
+
+    def _read_run(self, nonce: str, paths: list[str]) -> pl.DataFrame:
+        """The records of one run's segments ``paths``, one segment at a time, leaving out (and noting
+        in the run's ``unreadable``) each that cannot be read."""
+        parts = [EMPTY.with_columns(pl.lit(None, pl.String).alias("nonce"))]
+        for path in paths:
+            try:
+                parts.append(scan(self.store.fs, [path]).select([*KEEP, "nonce"]).collect())
+            except (CorruptSegment, pl.exceptions.PolarsError, OSError) as e:
+                if vanished(e):
+                    raise
+                why = str(e) if isinstance(e, CorruptSegment) else f"corrupt or truncated segment {path}: {e}"
+                self.runs[nonce].unreadable[path] = why
+                warnings.warn(f"run {self.runs[nonce].label}: {why}", UnreadableRun, stacklevel=2)
+        return pl.concat(parts, how="vertical_relaxed")
 
     def run(self, nonce: str) -> RunLog:
         """The run ``nonce`` as last polled; a KeyError naming it when the root has no such run.

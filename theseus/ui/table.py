@@ -29,16 +29,19 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+import polars as pl
 import yaml
 
 from theseus.store import Store, schema
-from theseus.store.cursor import OPS
+from theseus.store.cursor import OPS, _check_where_type, _unknown_key
+from theseus.store.reader import value_expr
 from theseus.ui.configs import config_value, run_config
 from theseus.ui.follow import RunLog
 from theseus.ui.status import STALE_AFTER_S, run_status
 
 MAIN_METRICS = ("train/loss", "val/loss", "train/tokens")
 CONFIG = "config."
+UNREADABLE = "unreadable"  # the status of a run holding a segment that cannot be read
 BASE_COLUMNS = ("name", "nonce", "job", "status", "nodes", "last seq", "written")
 _CONDITION = re.compile(r"^\s*(\S+?)\s*(==|!=|<=|>=|<|>|\bin\b)\s*(.+?)\s*$")
 
@@ -49,6 +52,8 @@ def row(run: RunLog, extra: Iterable[str] = (), now: int | None = None,
 
     >>> row(RunLog("a.b.c", "abcdef"), now=0)["status"]
     'running'
+    >>> row(RunLog("a.b.c", "abcdef", unreadable={"s-9.parquet": "s-9.parquet is a FIFO"}))["error"]
+    's-9.parquet is a FIFO'
     """
     now = time.time_ns() if now is None else now
     data = run.rows
@@ -63,6 +68,9 @@ def row(run: RunLog, extra: Iterable[str] = (), now: int | None = None,
         "written": written,
         "error": run.latest(schema.ERROR),
     }
+    if run.unreadable:  # a segment that cannot be read: the run is shown, naming the file
+        found["status"] = UNREADABLE
+        found["error"] = "; ".join(run.unreadable[p] for p in sorted(run.unreadable))
     found.update({key: run.latest(key) for key in MAIN_METRICS})
     config = None
     for key in extra:
@@ -112,7 +120,8 @@ class Rows:
                 inputs = (run.latest(schema.STATUS), run.latest(schema.FINISHED))
                 hit = self._cache[run.nonce] = (run.version, extra, made, inputs)
             made = dict(hit[2])
-            made["status"] = run_status(*hit[3], made["written"], now, self.stale_after_s)
+            if made["status"] != UNREADABLE:
+                made["status"] = run_status(*hit[3], made["written"], now, self.stale_after_s)
             found.append(made)
         return sorted(found, key=lambda r: (-r["written"], r["name"], r["nonce"]))
 
@@ -165,6 +174,88 @@ def matching(store: Store, runs: dict[str, RunLog], conditions: Iterable[tuple[s
             found = store.find().where(key, op, tuple(value) if op == "in" else value).frame(keys=[key])
             keep &= set(found.select("nonce").unique().collect()["nonce"].to_list())
     return keep
+
+
+class HeldValues:
+    """The values of a key at each node of a run, from the records the server holds (``RunLog.rows``),
+    worked out once per version of the run and key: what ``/api/filter`` tests conditions on,
+    with no read of the store.
+
+    >>> held = HeldValues()
+    >>> held.of(RunLog("a", "abcdef"), "train/loss")
+    (None, [])
+    """
+
+    def __init__(self):
+        self._cache: dict[tuple[str, str], tuple[int, str | None, list]] = {}  # (nonce, key) -> (version, kind, values)
+        self._configs: dict[str, tuple[int, dict]] = {}  # nonce -> (version, flattened config)
+
+    def of(self, run: RunLog, key: str) -> tuple[str | None, list]:
+        """``(type, values)`` of ``key`` at each node of ``run`` holding it (type None: it holds none)."""
+        hit = self._cache.get((run.nonce, key))
+        if hit is None or hit[0] != run.version:
+            rows = run.rows.filter(pl.col("key") == key)
+            kind, values = None, []
+            for column in ("str", "bool", "int", "float"):  # the widest type the run holds the key as
+                if rows.height and rows[column].null_count() < rows.height:
+                    kind = column if kind is None else schema.merge_types(kind, column)
+            if kind is not None:
+                values = rows.select(value_expr(kind)).to_series().drop_nulls().to_list()
+            hit = self._cache[(run.nonce, key)] = (run.version, kind, values)
+        return hit[1], hit[2]
+
+    def config(self, run: RunLog) -> dict[str, Any]:
+        """The run's flattened config (:func:`run_config`), parsed once per version."""
+        hit = self._configs.get(run.nonce)
+        if hit is None or hit[0] != run.version:
+            hit = self._configs[run.nonce] = (run.version, run_config(run))
+        return hit[1]
+
+
+def held_matching(runs: dict[str, RunLog], conditions: Iterable[tuple[str, str, Any]], held: HeldValues,
+                  known: Iterable[str]) -> set[str]:
+    """Like :func:`matching`, from the records the server holds: a run meets a metric condition when
+    one of its nodes does (the cursor's ``where`` errors for a key none of ``known`` (the keys logged)
+    names or a value of the wrong type); a ``config.`` one tests the run's config.
+
+    >>> import tempfile
+    >>> from theseus.store import Node
+    >>> from theseus.ui.follow import Follower
+    >>> store = Store(tempfile.mkdtemp())
+    >>> a, b = Node.start("doc.h.a"), Node.start("doc.h.b")
+    >>> with store.writer() as w:
+    ...     w.write(a, {"train/loss": 1.0}); w.write(b, {"train/loss": 3.0})
+    >>> follower = Follower(store); _ = follower.poll()
+    >>> held_matching(follower.runs, [("train/loss", "<", 2)], HeldValues(), ["train/loss"]) == {a.nonce}
+    True
+    """
+    keep = set(runs)
+    known = set(known)
+    for key, op, value in conditions:
+        if key.startswith(CONFIG):
+            keep = {n for n in keep if _holds(config_value(held.config(runs[n]), key[len(CONFIG):]), op, value)}
+            continue
+        schema.check_user_key(key)
+        if key not in known:
+            _unknown_key(key, dict.fromkeys(known, "float"))
+        found = {n: held.of(runs[n], key) for n in keep}
+        kinds = {kind for kind, _ in found.values() if kind is not None}
+        for kind in kinds:
+            _check_where_type(key, kind, op, tuple(value) if op == "in" else value)
+        keep = {n for n, (kind, values) in found.items() if kind is not None and any(
+            _node_holds(v, op, value) for v in values)}
+    return keep
+
+
+def _node_holds(have: Any, op: str, value: Any) -> bool:
+    """Whether one node's value meets ``op value`` (NaN never does, as in the cursor's ``where``)."""
+    if op == "in":
+        return have in value
+    try:
+        return {"==": have == value, "!=": have != value, "<": have < value, "<=": have <= value, ">": have > value,
+                ">=": have >= value}[op]
+    except TypeError:
+        return False
 
 
 def _holds(have: Any, op: str, value: Any) -> bool:

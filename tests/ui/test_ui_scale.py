@@ -1,0 +1,64 @@
+"""Every request of the app is bounded: the runs API pages (offset, limit, total), chart series and CSV
+exports cap what one request asks for (a 400 naming the limit), and where-conditions are answered from
+the records the server holds, as the cursor answers them."""
+
+import pytest
+from starlette.testclient import TestClient
+
+from tests.ui._synthetic_runs import make_runs
+from theseus.store import Store
+from theseus.ui import api as api_module
+from theseus.ui.server import create_app
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("scale"))
+    make_runs(root, runs=30, nodes=6)
+    return root
+
+
+def client_of(root) -> TestClient:
+    return TestClient(create_app(root), base_url="http://127.0.0.1")
+
+
+def test_the_runs_api_pages_with_a_total(root):
+    client = client_of(root)
+    whole = client.get("/api/runs").json()
+    assert whole["total"] == len(whole["rows"]) == 30
+    pages = [client.get(f"/api/runs?offset={o}&limit=7").json() for o in range(0, 30, 7)]
+    assert all(p["total"] == 30 and p["limit"] == 7 for p in pages)
+    assert [r["nonce"] for p in pages for r in p["rows"]] == [r["nonce"] for r in whole["rows"]]
+    too_many = client.get(f"/api/runs?limit={api_module.MAX_PAGE + 1}")
+    assert too_many.status_code == 400 and str(api_module.MAX_PAGE) in too_many.json()["error"]
+    assert client.get("/api/runs?offset=-1").status_code == 400
+
+
+def test_series_and_csv_cap_one_request(root, monkeypatch):
+    client = client_of(root)
+    nonces = [r["nonce"] for r in client.get("/api/runs").json()["rows"]]
+    monkeypatch.setattr(api_module, "MAX_SERIES", 4)
+    ok = client.get(f"/api/series?runs={','.join(nonces[:2])}&keys=train/loss,val/loss")
+    assert ok.status_code == 200 and len(ok.json()["series"]) == 4
+    over = client.get(f"/api/series?runs={','.join(nonces[:3])}&keys=train/loss,val/loss")
+    assert over.status_code == 400 and "at most 4 series" in over.json()["error"]
+    monkeypatch.setattr(api_module, "MAX_CSV_RUNS", 5)
+    assert client.post("/api/csv", json={"nonces": nonces[:5]}).text.count("\n") == 6
+    over = client.post("/api/csv", json={"nonces": nonces[:6]})
+    assert over.status_code == 400 and "at most 5 runs" in over.json()["error"]
+
+
+@pytest.mark.parametrize("condition, key, op, value", [
+    ("train/loss < 0.3", "train/loss", "<", 0.3), ("val/loss >= 1.0", "val/loss", ">=", 1.0),
+    ("train/tokens == 3000", "train/tokens", "==", 3000),
+    ("train/tokens in [0, 5000]", "train/tokens", "in", (0, 5000)),
+])
+def test_filter_answers_from_held_records_as_the_cursor(root, condition, key, op, value):
+    client = client_of(root)
+    found = client.post("/api/filter", json={"conditions": [condition]}).json()["nonces"]
+    cursor = Store(root).find().where(key, op, value).frame(keys=[key]).collect()
+    assert found == sorted(set(cursor["nonce"].to_list()))
+    unknown = client.post("/api/filter", json={"conditions": ["train/los < 1"]})
+    assert unknown.status_code == 400 and "train/loss" in unknown.json()["error"]
+    wrong = client.post("/api/filter", json={"conditions": ["train/loss < abc"]})
+    assert wrong.status_code == 400 and "holds float values" in wrong.json()["error"]
