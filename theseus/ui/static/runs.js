@@ -119,7 +119,7 @@ T.pages.runs = (() => {
         <span id="count" class="muted"></span> <span id="selected-count" class="muted"></span>
         <span class="tip">status "stale": marked running but silent for ${Math.round(T.staleAfter / 60)} min</span>
       </div>
-      <div style="overflow:auto; max-height: calc(100vh - 150px)"><table class="grid" id="runs-table"></table></div>`;
+      <div class="table-box"><table class="grid" id="runs-table"></table></div>`;
     await applyWhere();
     drawTable();
     T.get("/api/keys").then(k => {
