@@ -195,7 +195,11 @@ def readable(found: dict[tuple[str, str], Any], bad: dict[tuple[str, str], Corru
 
 class UnreadableRun(UserWarning):
     """A run left out of an answer over many runs because one of its files cannot be read
-    (the message names the file); a query of that run alone raises the error."""
+    (the message names the file); a query of that run alone raises the error.
+
+    >>> issubclass(UnreadableRun, UserWarning)
+    True
+    """
 
 
 @contextlib.contextmanager
