@@ -29,6 +29,7 @@ from theseus.store.fold import WRITTEN
 
 PICTURES = {"image/png", "image/jpeg", "image/gif", "image/webp"}  # raster: shown inline, never run
 TEXT = ("application/json", "application/x-yaml", "application/yaml", "image/svg+xml")  # shown as their text
+TEXT_SUFFIXES = (".yaml", ".yml", ".log", ".md", ".jsonl")  # text the platform's type table may not know
 MAX_ENTRIES = 2000  # files and folders looked at per node; a larger folder is cut, saying so
 # an artifact response: nothing in it runs, even opened on its own
 ARTIFACT_POLICY = "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; sandbox"
@@ -78,7 +79,8 @@ def _media_type(relative: str) -> str:
 
 def served_type(relative: str) -> str:
     """The media type an artifact is served with: a raster picture's own, ``text/plain`` for text
-    (HTML, XML, SVG, JSON and YAML included: shown, never run), else ``application/octet-stream``.
+    (HTML, SVG, JSON and YAML included: shown, never run), else ``application/octet-stream`` (XML and
+    XHTML included: a download).
 
     >>> served_type("a.png"), served_type("page.xhtml"), served_type("x.svg"), served_type("w.bin")
     ('image/png', 'application/octet-stream', 'text/plain; charset=utf-8', 'application/octet-stream')
@@ -86,7 +88,7 @@ def served_type(relative: str) -> str:
     kind = _media_type(relative)
     if kind in PICTURES:
         return kind
-    if kind.startswith("text/") or kind in TEXT:
+    if kind.startswith("text/") or kind in TEXT or relative.lower().endswith(TEXT_SUFFIXES):
         return "text/plain; charset=utf-8"
     return "application/octet-stream"
 

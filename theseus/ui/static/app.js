@@ -1,5 +1,7 @@
 // theseus ui: the shell shared by the pages (routing, the API, live polling, formatting).
 // Plain JS, no build step: each page is one file registering itself in T.pages.
+// Text from the root or the URL reaches the page only through T.esc (in HTML strings) or textContent:
+// a stranger's root may hold markup in any name, key or value, and none of it may become script.
 "use strict";
 const T = {
   pages: {},
@@ -26,16 +28,19 @@ const T = {
     return String(v);
   },
   ago(ns) {
-    if (!ns) return "-";
+    if (!Number.isFinite(ns) || !ns) return "-";
     const s = Math.max(0, Date.now() / 1000 - ns / 1e9);
     if (s < 60) return `${Math.round(s)} s ago`;
     if (s < 3600) return `${Math.round(s / 60)} min ago`;
     if (s < 86400) return `${Math.round(s / 3600)} h ago`;
     return `${Math.round(s / 86400)} d ago`;
   },
-  when(ns) { return ns ? new Date(ns / 1e6).toISOString().replace("T", " ").slice(0, 19) : "-"; },
+  when(ns) {
+    const d = new Date(ns / 1e6);
+    return Number.isFinite(ns) && ns && !isNaN(d) ? d.toISOString().replace("T", " ").slice(0, 19) : "-";
+  },
   bytes(n) {
-    if (n === null || n === undefined) return "-";
+    if (!Number.isFinite(n)) return "-";
     const u = ["B", "KiB", "MiB", "GiB", "TiB"];
     let i = 0;
     while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
@@ -127,3 +132,4 @@ const T = {
     }
   },
 };
+document.addEventListener("DOMContentLoaded", () => T.start());  // every page's script has run by then

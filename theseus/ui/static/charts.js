@@ -7,6 +7,7 @@ T.pages.charts = (() => {
   let params, state = null;
 
   const color = i => COLORS[i % COLORS.length];
+  const swatch = i => `<span class="swatch c${i % COLORS.length}"></span>`;  // style.css colours .c0-.c7 as COLORS
   const UNITS = [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"], [1, ""]];
   const unitOf = a => UNITS.find(([d]) => a >= d) || UNITS[UNITS.length - 1];
   function decimals(step) {  // the fewest decimals that write `step` exactly (ticks are its multiples)
@@ -89,7 +90,7 @@ T.pages.charts = (() => {
   }
 
   function aligned(key) {
-    const smooth = +(params.get("smooth") || 0), log = params.get("log") === "1";
+    const smooth = smoothing(), log = params.get("log") === "1";
     const tables = [], series = [{label: xLabel()}];
     state.runs.forEach((nonce, i) => {
       const s = state.data[nonce]?.[key] || {x: [], y: []};
@@ -108,6 +109,11 @@ T.pages.charts = (() => {
     return {data, series};
   }
 
+  function smoothing() {  // the URL's smoothing as a number in [0, 0.99]; anything else is none
+    const v = Number(params.get("smooth") || 0);
+    return Number.isFinite(v) ? Math.min(Math.max(v, 0), 0.99) : 0;
+  }
+
   const xLabel = () => ({seq: "seq", time: "wall time (s since start)"}[params.get("x") || "seq"] || params.get("x"));
 
   function drawSummary(key) {
@@ -115,10 +121,10 @@ T.pages.charts = (() => {
     if (!el) return;
     el.innerHTML = state.runs.map((nonce, i) => {
       const s = state.data[nonce]?.[key] || {x: [], y: []}, n = s.y.length;
-      return `<tr data-nonce="${nonce}" data-points="${n}" data-last="${n ? s.y[n - 1] : ""}">
-        <td><span class="swatch" style="background:${color(i)}"></span><a href="#/run/${nonce}">${T.esc(state.names[nonce] || nonce)}:${nonce}</a></td>
-        <td class="muted">${n} points</td><td>last ${T.esc(xLabel())} ${T.fmt(n ? s.x[n - 1] : null)}</td>
-        <td>${T.esc(key)} ${T.fmt(n ? s.y[n - 1] : null)}</td><td class="muted">${s.checkpoints ? s.checkpoints.length : 0} checkpoints</td></tr>`;
+      return `<tr data-nonce="${T.esc(nonce)}" data-points="${n}" data-last="${T.esc(n ? s.y[n - 1] : "")}">
+        <td>${swatch(i)}<a href="${T.esc(`#/run/${encodeURIComponent(nonce)}`)}">${T.esc(state.names[nonce] || nonce)}:${T.esc(nonce)}</a></td>
+        <td class="muted">${n} points</td><td>last ${T.esc(xLabel())} ${T.esc(T.fmt(n ? s.x[n - 1] : null))}</td>
+        <td>${T.esc(key)} ${T.esc(T.fmt(n ? s.y[n - 1] : null))}</td><td class="muted">${s.checkpoints ? s.checkpoints.length : 0} checkpoints</td></tr>`;
     }).join("");
   }
 
@@ -176,17 +182,17 @@ T.pages.charts = (() => {
     state = {runs: (p.get("runs") || "").split(",").filter(Boolean), keys: (p.get("keys") || "train/loss").split(",").filter(Boolean),
       data: {}, names: {}, plots: {}, zoomed: false};
     for (const n of state.runs) if (T.rows.get(n)) state.names[n] = T.rows.get(n).name;
-    const x = p.get("x") || "seq", smooth = p.get("smooth") || "0";
+    const x = p.get("x") || "seq", smooth = String(smoothing());
     main.innerHTML = `
       <div class="controls">
         <label>x <select id="x-axis">${["seq", "train/tokens", "time"].map(o => `<option ${o === x ? "selected" : ""}>${o}</option>`).join("")}</select></label>
         <label>smoothing <input type="range" id="smooth" min="0" max="0.99" step="0.01" value="${smooth}"> <span id="smooth-value">${smooth}</span></label>
         <label><input type="checkbox" id="log-scale" ${p.get("log") === "1" ? "checked" : ""}> log y</label>
         <input type="text" id="add-key" list="chart-keys" placeholder="add a key (a chart)"><datalist id="chart-keys">${T.keys.map(k => `<option value="${T.esc(k)}">`).join("")}</datalist>
-        <input type="text" id="add-run" list="chart-runs" placeholder="add a run (nonce)"><datalist id="chart-runs">${[...T.rows.values()].slice(0, 2000).map(r => `<option value="${r.nonce}">${T.esc(r.name)}</option>`).join("")}</datalist>
+        <input type="text" id="add-run" list="chart-runs" placeholder="add a run (nonce)"><datalist id="chart-runs">${[...T.rows.values()].slice(0, 2000).map(r => `<option value="${T.esc(r.nonce)}">${T.esc(r.name)}</option>`).join("")}</datalist>
         <span class="tip">drag: zoom, wheel: zoom, shift-drag: pan, double-click: reset; dashed lines: checkpoints</span>
       </div>
-      <div class="controls" id="chips">${state.runs.map((n, i) => `<button class="chip run-chip" data-nonce="${n}" title="remove"><span class="swatch" style="background:${color(i)}"></span>${T.esc(state.names[n] || n)}:${n} &times;</button>`).join("")}
+      <div class="controls" id="chips">${state.runs.map((n, i) => `<button class="chip run-chip" data-nonce="${T.esc(n)}" title="remove">${swatch(i)}${T.esc(state.names[n] || n)}:${T.esc(n)} &times;</button>`).join("")}
         ${state.keys.map(k => `<button class="chip key-chip" data-key="${T.esc(k)}" title="remove">${T.esc(k)} &times;</button>`).join("")}</div>
       <p class="error" id="chart-error"></p>
       <div id="charts-grid">${state.keys.map(k => `<div class="chart" data-key="${T.esc(k)}"><h3>${T.esc(k)}</h3><div class="plot"></div><table class="summary"></table></div>`).join("")}</div>`;
