@@ -4,8 +4,11 @@ Each run becomes ``<out>/<name>/<nonce>/``, the layout the live TensorBoard mirr
 writes: every user key of every node is a scalar at the node's training step (its seq,
 plus the step its lineage branched at: a branch's seq 0 is the state after its base's
 steps), the run's name, nonce and config are text. ``tensorboard --logdir <out>`` then
-shows any root, however its runs were made. A run folder that exists already is refused
-(written twice, TensorBoard would show every point twice).
+shows any root, however its runs were made. A run folder that already holds an event file
+is refused (written twice, TensorBoard would show every point twice). Each run's event
+file is published whole (`EventFile`): an export interrupted or failing part way leaves
+the runs it finished and no event file of the others, only a temporary name TensorBoard
+skips, so running it again exports them.
 
 >>> import tempfile
 >>> from theseus.store import Node, Store
@@ -26,7 +29,7 @@ from typing import Any
 import yaml
 
 from theseus.mirror.sinks import MirrorRun, scalars
-from theseus.mirror.to_tensorboard import run_folder
+from theseus.mirror.to_tensorboard import EventFile, is_event_file, run_folder
 from theseus.store import EmptyResult, Node, Store, schema
 
 
@@ -74,8 +77,8 @@ def run_config(store: Store, nonce: str) -> dict[str, Any]:
 
 def export_tensorboard(root: str | Store, nonces: Sequence[str], out: str) -> list[str]:
     """Write TensorBoard event files for the runs ``nonces`` of ``root`` (all runs when empty) under ``out``;
-    returns the run folders written. An unknown nonce, or a run folder already in ``out``, is a ValueError
-    raised before anything is written.
+    returns the run folders written, each holding one event file published whole. An unknown nonce, or a run
+    folder in ``out`` that already holds an event file, is a ValueError raised before anything is written.
 
     >>> import tempfile
     >>> export_tensorboard(tempfile.mkdtemp(), ["abc123"], tempfile.mkdtemp())
@@ -83,8 +86,6 @@ def export_tensorboard(root: str | Store, nonces: Sequence[str], out: str) -> li
     ...
     ValueError: no run with nonce 'abc123' in ...
     """
-    from theseus.mirror.to_tensorboard import TensorBoardSink  # the optional `remote` group's tensorboardX
-
     store = root if isinstance(root, Store) else Store(root)
     runs = store.runs()
     names = dict(zip(runs["nonce"].to_list(), runs["name"].to_list(), strict=True))
@@ -95,21 +96,23 @@ def export_tensorboard(root: str | Store, nonces: Sequence[str], out: str) -> li
     todo = [MirrorRun(names[n], n, run_config(store, n), folder=out) for n in wanted]
     for run in todo:
         folder = run_folder(run)
-        if os.path.exists(folder) and os.listdir(folder):
+        if os.path.isdir(folder) and any(is_event_file(name) for name in os.listdir(folder)):
             raise ValueError(f"{folder} already holds event files; export into another folder or remove it first")
     written = []
     for run in todo:
         offset = step_offset(store, run.nonce)
         nodes = store.find().nonce(run.nonce).frame().drop("node", "name", "nonce", "parent").collect()
-        sink = TensorBoardSink(run)
+        events = EventFile(run)
         try:
             for row in nodes.sort("seq").iter_rows(named=True):
                 step = offset + row.pop("seq")
                 values = scalars({k: v for k, v in row.items() if v is not None})
                 if values:
-                    sink.log(step, values)
-        finally:
-            sink.close()
-        written.append(sink.folder)
+                    events.log(step, values)
+        except BaseException:  # an interrupt too: no part of this run is published
+            events.discard()
+            raise
+        events.close()
+        written.append(events.folder)
     return written
 
