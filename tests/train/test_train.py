@@ -11,7 +11,8 @@ import pytest
 
 from tests.train._helpers import ListLog, config, tree_hash
 
-TRAIN_KEYS = {"train/loss", "train/lr", "train/grad_norm", "train/tokens", "train/mfu", "train/tokens_per_second"}
+TRAIN_KEYS = {"train/loss", "train/lr", "train/grad_norm", "train/tokens", "train/step", "train/mfu",
+              "train/tokens_per_second"}
 
 
 def test_train_30_steps_loss_falls_with_cadence(make_trainer, tmp_path):
@@ -199,11 +200,11 @@ def test_trainer_peak_default_location(make_trainer, data_root, tmp_path, monkey
     assert metrics["train/mfu"] > 0
 
 
-def test_validation_only_steps_report_only_val_loss(make_trainer):
+def test_validation_only_steps_report_val_loss_and_position(make_trainer):
     reports = []
     trainer = make_trainer(config(logging={"report_interval": 4, "validation_interval": 6}),
                            on_report=lambda s, m: reports.append((s, sorted(m))))
     trainer.train(until=8)
     assert [s for s, _ in reports] == [4, 6, 8]
-    assert reports[1][1] == ["val/fineweb/loss", "val/loss"]
+    assert reports[1][1] == ["train/step", "train/tokens", "val/fineweb/loss", "val/loss"]
     assert set(reports[0][1]) == TRAIN_KEYS and set(reports[2][1]) == TRAIN_KEYS

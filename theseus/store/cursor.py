@@ -139,7 +139,18 @@ class Cursor:
     # -- shaping --------------------------------------------------------------
 
     def sort(self, key: str, ascending: bool = True) -> Cursor:
-        """Order by ``key`` (nulls last); the default order is name, nonce, seq."""
+        """Order by ``key``; the default order is name, nonce, seq.
+
+        A sort ranks only the nodes that hold ``key`` (as ``has(key)`` would keep), so that
+        ``first()``, ``last()`` and ``resume()`` after a sort are always a node with the key.
+
+        >>> from theseus.store.store import _doc_store
+        >>> store, n = _doc_store()
+        >>> with store.writer() as w:
+        ...     w.write(n.next(), {"other": 1.0})
+        >>> store.find().nonce(n.nonce).sort("loss", ascending=False).last() == n
+        True
+        """
         schema.check_user_key(key)
         if not isinstance(ascending, bool):
             raise ValueError(f"sort({key!r}, ascending=...) takes a bool, got {ascending!r}")
@@ -275,9 +286,9 @@ class Cursor:
             if pruned is not None:  # fold only the runs that can hold the first nodes, if that proves enough
                 found = self._plan(scope, select_keys, all_user_keys, parent, select, identity, pruned).collect()
                 (key, ascending), = self.sorts
-                required = any(f[0] in ("has", "where") and f[1] == key for f in self.node_filters)
+                # a sort keeps only the nodes holding its key
                 if found.height and topk.proves(pruned, found[_COUNT][0], found[_LAST][0], self.limit_n, ascending,
-                                                required):
+                                                True):
                     return found.drop(_COUNT, _LAST)
             plan = self._plan(scope, select_keys, all_user_keys, parent, select, identity)
             return plan.collect() if isinstance(plan, pl.LazyFrame) else plan
@@ -339,6 +350,7 @@ class Cursor:
         if all_user_keys:
             fold_keys.update({k: t for k, t in types.items() if not k.startswith("_")})
         rejecting = [f for f in self.node_filters if f[0] in ("has", "where")]
+        rejecting += [("has", k) for k, _ in self.sorts]  # a sort ranks only the nodes holding its key
         if rejecting:
             rows = [rejecting[0][1]]  # a wanted node must hold this key: fold only those
         elif select_keys and self.limit_n is None and not self.only_latest:
@@ -363,6 +375,8 @@ class Cursor:
                 nodes = nodes.filter(pl.col(f[1]).is_not_null())
             else:
                 nodes = nodes.filter(_compare(pl.col(f[1]), f[2], f[3]))
+        for key, _ in self.sorts:
+            nodes = nodes.filter(pl.col(key).is_not_null())
         if self.only_latest:
             nodes = nodes.sort([WRITTEN, "name", "nonce", "seq"], descending=[True, False, False, False]).head(1)
         by, descending = [k for k, _ in self.sorts], [not a for _, a in self.sorts]

@@ -151,7 +151,14 @@ class Pretrain(Recipe, Job):
     def _committed(self, step: int, folder: str) -> None:
         node = self._node_at(step)
         if self.writer is not None:
+            # a checkpoint step that reports nothing still places its node against steps and tokens
+            self.writer.write(node, self.trainer.position(step))
             self.writer.checkpoint(node, layout.objects(node.id))
+
+    def _start(self) -> None:
+        """Place the node this job starts from (the job record's node) against steps and tokens."""
+        if self.writer is not None:
+            self.writer.write(self._node_at(self.trainer.step), self.trainer.position())
 
     def _write_artifact(self, step: int, name: str, data: bytes) -> str:
         """Publish ``data`` as ``analysis/<name>`` in ``step``'s node folder, then record that folder (commit order)
@@ -175,6 +182,7 @@ class Pretrain(Recipe, Job):
 
     def run(self) -> Node:
         """Train to the end of the token budget; returns the last node."""
+        self._start()
         try:
             self.trainer.train()
         finally:
@@ -201,6 +209,7 @@ class Pretrain(Recipe, Job):
                     if not self._ran and not self._ticked:  # a created job ticked before it ran: its lineage
                         # starts with the job record, as in job()
                         w.job(self.node, self.key, configs.to_yaml(self.config), source=job_source(type(self)))
+                        self._start()
                     self._ticked = True
                     self.trainer.tick()
                     self.trainer.wait()

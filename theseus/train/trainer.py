@@ -6,10 +6,11 @@ evaluations) and talks to the outside through callbacks.
 
 - ``on_report(step, metrics)``: every ``logging.report_interval`` steps (and the last
   step of a ``train()`` call) with ``train/loss``, ``train/lr``, ``train/grad_norm``,
-  ``train/tokens``, ``train/mfu``, ``train/tokens_per_second``; every
+  ``train/tokens``, ``train/step``, ``train/mfu``, ``train/tokens_per_second``; every
   ``logging.validation_interval`` steps and at the last step also ``val/loss`` and the
   metrics of the recipe's evaluations and analyses (a validation-only step reports
-  only those). ``step`` is the number of updates applied: the node at seq ``step``.
+  those and its position, ``train/step`` and ``train/tokens``). ``step`` is the number of
+  updates applied: the node at seq ``step``.
   Train metrics are fetched from the device one step late, so the next step is
   already running while the callback works.
 - ``on_checkpoint(step, folder)``: after the checkpoint of ``step`` in ``folder``
@@ -492,6 +493,19 @@ class Trainer:
                     self._peak = chip * self.mesh.devices.size
         return None if self._peak != self._peak else self._peak
 
+    def position(self, step: int | None = None) -> dict[str, int]:
+        """Where the run is after ``step`` updates (default: the current step): ``train/step`` and
+        ``train/tokens``, the keys every report carries, so that each node of a run can be placed
+        against steps or tokens.
+
+        >>> root, config = tiny_example()
+        >>> trainer = Trainer(config, root, peak_flops=1e12, progress=False)
+        >>> trainer.position(3)
+        {'train/step': 3, 'train/tokens': 192}
+        """
+        step = self.step if step is None else int(step)
+        return {"train/step": step, "train/tokens": int(step * self.tokens_per_step)}
+
     def _train_metrics(self, step: int, device_metrics: dict, seconds: float, steps: int) -> dict[str, Any]:
         """Host train metrics of ``step`` (blocks on the device values)."""
         host = jax.device_get(device_metrics)
@@ -501,7 +515,7 @@ class Trainer:
             "train/loss": float(host["loss"]),
             "train/lr": float(host["lr"]),
             "train/grad_norm": float(host["grad_norm"]),
-            "train/tokens": int(step * self.tokens_per_step),
+            **self.position(step),
             "train/mfu": float(mfu.mfu(tps, self.flops_per_token, peak)) if peak and tps == tps else float("nan"),
             "train/tokens_per_second": float(tps),
         }
@@ -642,7 +656,9 @@ class Trainer:
 
     def _report(self, step: int, device_metrics: dict | None, val: tuple | None, extra: dict[str, Any],
                 seconds: float, steps: int) -> dict[str, Any]:
-        out = self._train_metrics(step, device_metrics, seconds, steps) if device_metrics is not None else {}
+        # a validation-only report carries the position too
+        out = self._train_metrics(step, device_metrics, seconds, steps) if device_metrics is not None else \
+            self.position(step)
         if val is not None:
             total, count = jax.device_get(val)
             out["val/loss"] = float(total) / max(float(count), 1.0)
