@@ -62,3 +62,33 @@ def test_filter_answers_from_held_records_as_the_cursor(root, condition, key, op
     assert unknown.status_code == 400 and "train/loss" in unknown.json()["error"]
     wrong = client.post("/api/filter", json={"conditions": ["train/loss < abc"]})
     assert wrong.status_code == 400 and "holds float values" in wrong.json()["error"]
+
+
+def test_server_start_costs_a_fixed_number_of_polars_passes_whatever_the_run_count(tmp_path, monkeypatch):
+    """The runs are folded together and their table facts worked out in one pass: no Polars query, and no
+    config parsed, per run at start (at 100,000 runs each would cost minutes)."""
+    import polars as pl
+    import yaml
+
+    counts = {"collect": 0, "yaml": 0}
+    collect, load = pl.LazyFrame.collect, yaml.load
+
+    def counted_collect(self, *args, **kwargs):
+        counts["collect"] += 1
+        return collect(self, *args, **kwargs)
+
+    def counted_load(*args, **kwargs):
+        counts["yaml"] += 1
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(pl.LazyFrame, "collect", counted_collect)
+    monkeypatch.setattr(yaml, "load", counted_load)
+    monkeypatch.setattr(yaml, "safe_load", counted_load)
+    found = {}
+    for runs in (5, 20):
+        root = str(tmp_path / f"r{runs}")
+        make_runs(root, runs=runs, nodes=3, compact=False)
+        counts.update(collect=0, yaml=0)
+        create_app(root)
+        found[runs] = dict(counts)
+    assert found[5] == found[20] and found[20]["yaml"] == 0, found

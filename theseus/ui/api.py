@@ -38,13 +38,13 @@ from theseus.ui import node as node_data
 from theseus.ui import run as run_data
 from theseus.ui import series as series_data
 from theseus.ui import table
-from theseus.ui.configs import run_config
 from theseus.ui.follow import Follower, PerVersion
 from theseus.ui.status import STALE_AFTER_S
 
 MAX_PAGE = 5000  # rows of /api/runs per request (the default page): a client pages with offset and total
 MAX_SERIES = 200  # runs x keys of /api/series per request
 MAX_CSV_RUNS = 10_000  # runs of /api/csv per request (a client asks for more in several)
+CONFIG_KEY_RUNS = 1000  # the config keys offered as columns are those of this many most recent runs
 MIN_POLL_S = 0.25  # clients poll about every second; several clients share one listing within this
 
 
@@ -75,9 +75,9 @@ class Api:
         self.stale_after_s = stale_after_s
         self.table = table.Rows(stale_after_s)
         self.numeric = PerVersion(series_data.run_numeric_keys)
-        self.config = PerVersion(lambda run: set(run_config(run)))
-        self.logged = PerVersion(lambda run: {k for k in run.keys() if not k.startswith("_")})
         self.held = table.HeldValues()
+        self.config = PerVersion(lambda run: set(self.held.config(run)))
+        self.logged = PerVersion(lambda run: {k for k in run.keys() if not k.startswith("_")})
         self.token = 0  # grows when any run changes
         self._changed_at: dict[str, int] = {}  # nonce -> token of its last change
         self._last_poll = 0.0
@@ -115,8 +115,9 @@ class Api:
         return self.numeric.union(self.follower.runs.values())
 
     def config_keys(self) -> list[str]:
-        """The dotted config keys of every run."""
-        return self.config.union(self.follower.runs.values())
+        """The dotted config keys of the ``CONFIG_KEY_RUNS`` most recently written runs (offered as columns)."""
+        runs = sorted(self.follower.runs.values(), key=lambda run: -run.facts.written)[:CONFIG_KEY_RUNS]
+        return self.config.union(runs)
 
 
 def _list(value: str | None) -> list[str]:

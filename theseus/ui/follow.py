@@ -31,12 +31,14 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from theseus.store import Store
+from theseus.store import Store, schema
 from theseus.store import fs as rootfs
 from theseus.store.reader import latest_records, scan
 from theseus.store.segments import CorruptSegment, Listings, list_runs, retry_vanished, vanished
 from theseus.store.summary import UnreadableRun
 
+FACT_KEYS = frozenset({schema.JOB, schema.STATUS, schema.FINISHED, schema.ERROR, "train/loss", "val/loss",
+                       "train/tokens"})  # the runs table's columns: their latest values are kept per run
 KEEP = ["node", "seq", "parent", "stamp", "writer", "key", "float", "int", "bool", "str"]
 EMPTY = pl.DataFrame(schema={"node": pl.String, "seq": pl.Int64, "parent": pl.String, "stamp": pl.Int64,
                              "writer": pl.String, "key": pl.String, "float": pl.Float64, "int": pl.Int64,
@@ -60,6 +62,7 @@ class RunLog:
     rows: pl.DataFrame = field(default_factory=lambda: EMPTY)
     version: int = 0
     unreadable: dict[str, str] = field(default_factory=dict)  # segment path -> why it cannot be read
+    facts: Facts = field(default_factory=lambda: NO_FACTS)
 
     @property
     def label(self) -> str:
@@ -70,6 +73,7 @@ class RunLog:
         """Fold new raw records on top of the kept ones (latest write stamp per node and key wins)."""
         both = pl.concat([self.rows, new.select(KEEP)], how="vertical_relaxed")
         self.rows = latest_records(both.lazy()).collect().sort("seq", "key")
+        self.facts = facts_of(self.rows.with_columns(pl.lit(self.nonce).alias("nonce"))).get(self.nonce, NO_FACTS)
         self.version += 1
 
     def latest(self, key: str):
@@ -78,6 +82,8 @@ class RunLog:
         >>> RunLog("a", "abcdef").latest("_status") is None
         True
         """
+        if key in FACT_KEYS:
+            return self.facts.latest.get(key)
         rows = self.rows.filter(pl.col("key") == key)
         if rows.height == 0:
             return None
@@ -99,7 +105,56 @@ class RunLog:
         >>> RunLog("a", "abcdef").keys()
         set()
         """
-        return set(self.rows["key"].unique().to_list())
+        return set(self.facts.keys)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the runs table, the charts' key list and the lineage tree need of a run, worked out once
+    per fold for every run folded together (one Polars pass, not one per run): the last write stamp,
+    the node count, the last seq, the id of the node it branched from (``origin``), the latest value
+    of each of ``FACT_KEYS``, its keys and its numeric user keys.
+
+    >>> NO_FACTS.nodes, NO_FACTS.latest
+    (0, {})
+    """
+
+    written: int = 0
+    nodes: int = 0
+    last_seq: int | None = None
+    origin: str | None = None
+    latest: dict = field(default_factory=dict)
+    keys: frozenset = frozenset()
+    numeric: frozenset = frozenset()
+
+
+NO_FACTS = Facts()
+
+
+def facts_of(folded: pl.DataFrame) -> dict[str, Facts]:
+    """The :class:`Facts` of each run (by nonce) of folded records with a ``nonce`` column, in
+    (seq, key) order within each run.
+
+    >>> frame = EMPTY.vstack(pl.DataFrame({"node": ["n"], "seq": [0], "parent": [None], "stamp": [5], "writer": ["w"],
+    ...     "key": ["train/loss"], "float": [1.5], "int": [None], "bool": [None], "str": [None]}, schema=EMPTY.schema))
+    >>> facts = facts_of(frame.with_columns(pl.lit("abcdef").alias("nonce")))["abcdef"]
+    >>> facts.nodes, facts.latest, sorted(facts.numeric)
+    (1, {'train/loss': 1.5}, ['train/loss'])
+    """
+    first = (pl.col("seq") == pl.col("seq").min()) & pl.col("parent").is_not_null() & (pl.col("parent") != "")
+    numeric = ~pl.col("key").str.starts_with("_") & pl.any_horizontal(
+        pl.col("float").is_not_null(), pl.col("int").is_not_null(), pl.col("bool").is_not_null())
+    base = folded.group_by("nonce").agg(
+        pl.col("stamp").max().alias("written"), pl.col("seq").n_unique().alias("nodes"),
+        pl.col("seq").max().alias("last"), pl.col("parent").filter(first).first().alias("origin"),
+        pl.col("key").unique().alias("keys"), pl.col("key").filter(numeric).unique().alias("numeric"))
+    latest: dict[str, dict] = {}
+    wanted = folded.filter(pl.col("key").is_in(FACT_KEYS)).sort("stamp", "writer")
+    for nonce, key, *values in (wanted.group_by("nonce", "key").last()
+                                .select("nonce", "key", "float", "int", "bool", "str").iter_rows()):
+        latest.setdefault(nonce, {})[key] = next((v for v in values if v is not None), None)
+    return {nonce: Facts(written or 0, nodes, last, origin, latest.get(nonce, {}), frozenset(keys), frozenset(numbers))
+            for nonce, written, nodes, last, origin, keys, numbers in base.iter_rows()}
 
 
 def _value(row: dict):
@@ -146,14 +201,17 @@ class Follower:
                 new.setdefault(nonce, []).extend(fresh)
         changed = {}
         if new:
-            records = self._read(new)
+            # one fold of every changed run together: the new records on top of the kept ones
+            kept = [self.runs[n].rows.with_columns(pl.lit(n).alias("nonce")) for n in new if self.runs[n].rows.height]
+            both = pl.concat([*kept, self._read(new)], how="vertical_relaxed")
+            folded = latest_records(both.lazy()).collect().sort("nonce", "seq", "key")
+            facts = facts_of(folded)
+            frames = folded.partition_by("nonce", as_dict=True, include_key=False)
             for nonce, paths in new.items():
                 run = self.runs[nonce]
                 paths = [p for p in paths if p not in run.unreadable]
-                if paths:
-                    run.fold(records.get((nonce,), EMPTY))
-                else:
-                    run.version += 1  # only unreadable segments: the run's row shows them
+                run.rows, run.facts = frames.get((nonce,), EMPTY), facts.get(nonce, NO_FACTS)
+                run.version += 1  # a run with only unreadable new segments changes too: its row shows them
                 run.segments.update(paths)
                 self.segments_read += len(paths)
                 changed[nonce] = run
@@ -169,8 +227,8 @@ class Follower:
                 changed[nonce] = run
         return list(changed.values())
 
-    def _read(self, new: dict[str, list[str]]) -> dict[tuple[str], pl.DataFrame]:
-        """The records of the segments ``new`` (by nonce), by nonce; a segment that cannot be read (not a
+    def _read(self, new: dict[str, list[str]]) -> pl.DataFrame:
+        """The records of the segments ``new`` (by nonce), with a nonce column; a segment that cannot be read (not a
         regular file, truncated, damaged) goes to its run's ``unreadable`` with a warning naming it, and
         costs only that run: the others are read whole."""
         paths = [p for run in new.values() for p in run]
@@ -180,7 +238,7 @@ class Follower:
             if vanished(e):
                 raise
             frame = pl.concat([self._read_run(nonce, run) for nonce, run in new.items()], how="vertical_relaxed")
-        return frame.partition_by("nonce", as_dict=True, include_key=False)
+        return frame
 
     def _read_run(self, nonce: str, paths: list[str]) -> pl.DataFrame:
         """The records of one run's segments ``paths``, one segment at a time, leaving out (and noting

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import polars as pl
-
 from theseus.store.node import decode_id
 from theseus.ui.follow import RunLog
 
@@ -34,13 +32,9 @@ def origin(run: RunLog) -> tuple[str, str, int] | None:
     >>> origin(RunLog("a", "abcdef")) is None
     True
     """
-    if run.rows.height == 0:
+    if not run.facts.origin:  # the parent of its first node, worked out when the run was folded
         return None
-    first = run.rows.filter((pl.col("seq") == run.rows["seq"].min()) & pl.col("parent").is_not_null()
-                            & (pl.col("parent") != ""))
-    if first.height == 0:
-        return None
-    name, nonce, seq = decode_id(first["parent"][0])
+    name, nonce, seq = decode_id(run.facts.origin)
     return None if nonce == run.nonce else (name, nonce, seq)
 
 

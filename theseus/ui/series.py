@@ -80,9 +80,7 @@ def run_numeric_keys(run: RunLog) -> set[str]:
     >>> run_numeric_keys(RunLog("a", "abcdef"))
     set()
     """
-    numbers = run.rows.filter(~pl.col("key").str.starts_with("_") & (
-        pl.col("float").is_not_null() | pl.col("int").is_not_null() | pl.col("bool").is_not_null()))
-    return set(numbers["key"].unique().to_list())
+    return set(run.facts.numeric)  # worked out when the run was folded
 
 
 def check_keys(keys: list[str], known: list[str]) -> None:

@@ -56,15 +56,15 @@ def row(run: RunLog, extra: Iterable[str] = (), now: int | None = None,
     's-9.parquet is a FIFO'
     """
     now = time.time_ns() if now is None else now
-    data = run.rows
-    written = int(data["stamp"].max() or 0) if data.height else 0
+    facts = run.facts  # worked out when the run was folded
+    written = facts.written
     project, group, name = (run.name.split(".", 2) + ["", ""])[:3]
     found = {
         "name": run.name, "project": project, "group": group, "run": name, "nonce": run.nonce,
         "job": run.latest(schema.JOB),
         "status": run_status(run.latest(schema.STATUS), run.latest(schema.FINISHED), written, now, stale_after_s),
-        "nodes": data["seq"].n_unique() if data.height else 0,
-        "last seq": int(data["seq"].max()) if data.height else None,
+        "nodes": facts.nodes,
+        "last seq": facts.last_seq,
         "written": written,
         "error": run.latest(schema.ERROR),
     }

@@ -9,6 +9,20 @@ T.pages.runs = (() => {
     {key: "val/loss", label: "val/loss", num: true}, {key: "train/tokens", label: "train/tokens", num: true},
   ];
   let main, params, whereNonces = null, selected = new Set(), agoTimer = null;
+  const SHOWN_STEP = 1000;  // rows drawn at a time: a table of 100,000 rows would freeze the page
+  const CSV_RUNS = 10000;   // runs per /api/csv request (the server's limit)
+  let shown = SHOWN_STEP, loadedAll = false;
+
+  // /api/runs answers a page at a time (with the total): ask for every page
+  async function loadAll() {
+    const first = await T.loadRuns();
+    const extra = encodeURIComponent(T.extra.join(","));
+    for (let offset = first.rows.length; offset < first.total; offset += first.limit) {
+      const page = await T.get(`/api/runs?offset=${offset}&limit=${first.limit}&extra=${extra}`);
+      for (const r of page.rows) T.rows.set(r.nonce, r);
+    }
+    loadedAll = true;
+  }
 
   function columns() { return [...BASE, ...T.extra.map(k => ({key: k, label: k, num: true, extra: true}))]; }
 
@@ -58,7 +72,7 @@ T.pages.runs = (() => {
     const ordered = group ? [...rows].sort((a, b) => { const x = groupOf(a), y = groupOf(b); return x < y ? -1 : x > y ? 1 : 0; }) : rows;
     const counts = {};
     if (group) for (const r of ordered) counts[groupOf(r)] = (counts[groupOf(r)] || 0) + 1;
-    for (const r of ordered) {
+    for (const r of ordered.slice(0, shown)) {
       if (group && groupOf(r) !== last) {
         last = groupOf(r);
         body.push(`<tr class="group"><td colspan="${cols.length + 1}">${T.esc(group)} = ${T.esc(last)} (${counts[last]} runs)</td></tr>`);
@@ -68,7 +82,9 @@ T.pages.runs = (() => {
     }
     const table = document.getElementById("runs-table");
     table.innerHTML = `<thead>${head}</thead><tbody>${body.join("")}</tbody>`;
-    document.getElementById("count").textContent = `${rows.length} of ${T.rows.size} runs`;
+    document.getElementById("count").textContent = `${rows.length} of ${T.rows.size} runs`
+      + (rows.length > shown ? ` (first ${shown} shown)` : "");
+    document.getElementById("show-more").hidden = rows.length <= shown;
     document.getElementById("selected-count").textContent = selected.size ? `${selected.size} selected` : "";
     document.body.dataset.readyMs = String(performance.now());  // ms since navigation
     document.body.dataset.ready = "runs";
@@ -96,7 +112,8 @@ T.pages.runs = (() => {
     main = el; params = p;
     selected = new Set((params.get("sel") || "").split(",").filter(Boolean));
     const cols = (params.get("cols") || "").split(",").filter(Boolean);
-    if (cols.join(",") !== T.extra.join(",") || !T.rows.size) { T.extra = cols; await T.loadRuns(); }
+    if (cols.join(",") !== T.extra.join(",") || !T.rows.size || !loadedAll) { T.extra = cols; await loadAll(); }
+    shown = SHOWN_STEP;
     main.innerHTML = `
       <div class="controls">
         <input type="text" id="filter" placeholder="filter names (text)" value="${T.esc(params.get("q") || "")}">
@@ -119,7 +136,8 @@ T.pages.runs = (() => {
         <span id="count" class="muted"></span> <span id="selected-count" class="muted"></span>
         <span class="tip">status "stale": marked running but silent for ${Math.round(T.staleAfter / 60)} min</span>
       </div>
-      <div class="table-box"><table class="grid" id="runs-table"></table></div>`;
+      <div class="table-box"><table class="grid" id="runs-table"></table>
+        <button id="show-more" hidden>show more</button></div>`;
     await applyWhere();
     drawTable();
     T.get("/api/keys").then(k => {
@@ -138,12 +156,13 @@ T.pages.runs = (() => {
       const key = document.getElementById("add-column").value.trim();
       if (!key || T.extra.includes(key)) return;
       T.extra = [...T.extra, key];
-      try { await T.loadRuns(); } catch (e) { T.extra = T.extra.filter(k => k !== key); document.getElementById("where-error").textContent = e.message; return; }
+      try { await loadAll(); } catch (e) { T.extra = T.extra.filter(k => k !== key); document.getElementById("where-error").textContent = e.message; return; }
       saveParams(); T.render();
     };
     on("add-column-btn", "click", addColumn);
     on("add-column", "keydown", e => { if (e.key === "Enter") addColumn(); });
-    on("remove-columns", "click", async () => { T.extra = []; await T.loadRuns(); saveParams(); T.render(); });
+    on("remove-columns", "click", async () => { T.extra = []; await loadAll(); saveParams(); T.render(); });
+    on("show-more", "click", () => { shown += SHOWN_STEP; drawTable(); });
     on("compare", "click", () => {
       const runs = selected.size ? [...selected] : visibleRows().slice(0, 4).map(r => r.nonce);
       T.go(`#/charts?runs=${runs.join(",")}&keys=${encodeURIComponent("train/loss")}`);
@@ -151,7 +170,11 @@ T.pages.runs = (() => {
     on("csv", "click", async () => {
       const rows = visibleRows();
       const cols = ["name", "nonce", "job", "status", "nodes", "last seq", "written", "train/loss", "val/loss", "train/tokens", ...T.extra];
-      const text = await T.post("/api/csv", {nonces: rows.map(r => r.nonce), columns: cols}, true);
+      let text = "";
+      for (let i = 0; i < Math.max(rows.length, 1); i += CSV_RUNS) {  // the server caps runs per request
+        const part = await T.post("/api/csv", {nonces: rows.slice(i, i + CSV_RUNS).map(r => r.nonce), columns: cols}, true);
+        text += i ? part.slice(part.indexOf("\n") + 1) : part;  // one header
+      }
       const a = document.createElement("a");
       a.href = URL.createObjectURL(new Blob([text], {type: "text/csv"}));
       a.download = "runs.csv"; a.id = "csv-link"; a.dataset.rows = String(rows.length);
