@@ -96,7 +96,7 @@ def test_cursor_dsl(root):
     best = (store.find().nonce(a.nonce).checkpoint().where("train/tokens", "<=", 3000)
             .sort("train/loss", ascending=False).last())
     assert best.seq == 2
-    assert store.find().latest().all() == [c]
+    assert store.find().newest().all() == [c]
     assert store.find().sort("train/loss").first().nonce == a.nonce
     assert len(store.find().limit(3).all()) == 3
     bare = store.find().nonce(c.nonce).select()
@@ -118,7 +118,7 @@ def test_columns_is_select_by_column(root):
         "train/loss": [10.0, 9.0, 8.0, 7.0, 6.0], "train/tokens": [0, 1000, 2000, 3000, 4000]}
     cursors = [store.find(), store.find().nonce(b.nonce), store.find().where("train/loss", "<", 17).sort("train/loss"),
                store.find().sort("train/tokens", ascending=False).limit(3), store.find().has("extra"),
-               store.find().latest()]
+               store.find().latest(), store.find().newest()]
     for cursor in cursors:
         for keys in (["train/loss"], ["extra", "train/tokens"], ["train/tokens", "extra", "train/loss"], None):
             rows, columns = cursor.select(keys=keys), cursor.columns(keys=keys)

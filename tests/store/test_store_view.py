@@ -40,6 +40,7 @@ def answers(store, nonce):
         c.where("tokens", ">=", 300).sort("loss", ascending=False).limit(2).select(keys=["loss"]),
         store.find().sort("loss").limit(3).select(keys=["loss", "tokens"]),
         store.find().latest().all(),
+        store.find().newest().all(),
         store.find().nonce(nonce).frame().collect().to_dicts(),
     )
 

@@ -30,7 +30,8 @@ def answers(store):
     find = store.find()
     runs = store.runs().drop("_written").sort("nonce").to_dicts()
     return (runs, find.select(keys=["loss", "tokens"]), find.sort("loss").limit(5).select(keys=["loss"]),
-            find.finished().has("tokens").select(keys=["tokens"]), find.latest().all())
+            find.finished().has("tokens").select(keys=["tokens"]), find.latest().all(),
+            find.newest().all())
 
 
 def grow(store, rounds=6):

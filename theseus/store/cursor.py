@@ -55,7 +55,8 @@ class Cursor:
     node_filters: tuple = ()
     run_filters: tuple = ()
     sorts: tuple = ()
-    only_latest: bool = False
+    by_seq: bool = False  # latest(): the default order is seq, name, nonce
+    only_newest: bool = False  # newest(): only the most recently written node
     limit_n: int | None = None
     context: Any = field(default=None, compare=False)
 
@@ -157,8 +158,34 @@ class Cursor:
         return replace(self, sorts=self.sorts + ((key, ascending),))
 
     def latest(self) -> Cursor:
-        """Only the most recently written matching node."""
-        return replace(self, only_latest=True)
+        """Each matching node once, at its latest record, ordered by seq (then name, nonce): the
+        moments of every matching run interleaved, step by step (a ``sort`` still comes first).
+
+        >>> from theseus.store.store import _doc_store
+        >>> from theseus.store import Node
+        >>> store, a = _doc_store()
+        >>> b = Node.start("doc")
+        >>> with store.writer() as w:
+        ...     w.write(a.next(), {"loss": 1.0}); w.write(b, {"loss": 2.0}); w.write(a, {"loss": 1.25})
+        >>> [(n.nonce == a.nonce, n.seq) for n in store.find().latest().all()] in (
+        ...     [(True, 0), (False, 0), (True, 1)], [(False, 0), (True, 0), (True, 1)])
+        True
+        >>> store.record(store.find().nonce(a.nonce).latest().first())["loss"]  # its latest record
+        1.25
+        """
+        return replace(self, by_seq=True)
+
+    def newest(self) -> Cursor:
+        """Only the most recently written matching node (by its latest record's write stamp).
+
+        >>> from theseus.store.store import _doc_store
+        >>> store, n = _doc_store()
+        >>> with store.writer() as w:
+        ...     w.write(n.next(), {"loss": 1.0}); w.write(n, {"loss": 1.25})
+        >>> store.find().newest().all() == [n]
+        True
+        """
+        return replace(self, only_newest=True)
 
     def limit(self, n: int) -> Cursor:
         """The first ``n`` results."""
@@ -263,8 +290,10 @@ class Cursor:
             parts.append(f"nonce={self.nonce_glob!r}")
         parts += [" ".join(map(repr, f)) for f in self.run_filters + self.node_filters]
         parts += [f"sort {k} {'asc' if a else 'desc'}" for k, a in self.sorts]
-        if self.only_latest:
+        if self.by_seq:
             parts.append("latest")
+        if self.only_newest:
+            parts.append("newest")
         if self.limit_n is not None:
             parts.append(f"limit {self.limit_n}")
         return ", ".join(parts) or "all nodes"
@@ -299,7 +328,8 @@ class Cursor:
         """For a query sorted by one numeric key with a limit, over many runs read from the log
         (local roots): the runs that can hold its first nodes (``theseus.store.topk``); None
         when the query folds every run."""
-        if len(self.sorts) != 1 or not self.limit_n or self.only_latest or not rootfs.is_local(self.index.fs):
+        if (len(self.sorts) != 1 or not self.limit_n or self.by_seq or self.only_newest
+                or not rootfs.is_local(self.index.fs)):
             return None
         logged = [scope.runs[run] for run in scope.runs if run not in scope.in_view]
         if len(logged) < topk.MIN_RUNS:
@@ -353,18 +383,18 @@ class Cursor:
         rejecting += [("has", k) for k, _ in self.sorts]  # a sort ranks only the nodes holding its key
         if rejecting:
             rows = [rejecting[0][1]]  # a wanted node must hold this key: fold only those
-        elif select_keys and self.limit_n is None and not self.only_latest:
+        elif select_keys and self.limit_n is None and not self.only_newest:
             rows = list(select_keys)  # select() drops nodes holding none of its keys
         else:
             rows = None
-        select_only = not (self.node_filters or self.run_filters or self.sorts or self.only_latest
+        select_only = not (self.node_filters or self.run_filters or self.sorts or self.by_seq or self.only_newest
                            or self.limit_n is not None)
         if select and select_keys and not identity and select_only:
             folded = scope.log_values(fold_keys, select_keys)
             if folded is not None:
                 return folded
         run_filter = self._run_filter() if self.run_filters else None
-        nodes, ordered = scope.nodes(fold_keys, rows, parent=parent, written=self.only_latest, run_filter=run_filter,
+        nodes, ordered = scope.nodes(fold_keys, rows, parent=parent, written=self.only_newest, run_filter=run_filter,
                                      run_keys=(schema.JOB, schema.FINISHED) if run_filter else (), only=only)
         for f in self.node_filters:
             if f[0] == "seq":
@@ -377,14 +407,14 @@ class Cursor:
                 nodes = nodes.filter(_compare(pl.col(f[1]), f[2], f[3]))
         for key, _ in self.sorts:
             nodes = nodes.filter(pl.col(key).is_not_null())
-        if self.only_latest:
+        if self.only_newest:
             nodes = nodes.sort([WRITTEN, "name", "nonce", "seq"], descending=[True, False, False, False]).head(1)
         by, descending = [k for k, _ in self.sorts], [not a for _, a in self.sorts]
-        if ordered and by:  # a stable sort keeps ties in the default order (and lets Polars take a top-k)
+        if self.by_seq or not ordered:
+            order = ["seq", "name", "nonce"] if self.by_seq else ["name", "nonce", "seq"]
+            nodes = nodes.sort([*by, *order], descending=[*descending, False, False, False], nulls_last=True)
+        elif by:  # a stable sort keeps ties in the default order (and lets Polars take a top-k)
             nodes = nodes.sort(by, descending=descending, nulls_last=True, maintain_order=True)
-        elif not ordered:
-            nodes = nodes.sort([*by, "name", "nonce", "seq"], descending=[*descending, False, False, False],
-                               nulls_last=True)
         if self.limit_n is not None:
             nodes = nodes.head(self.limit_n)
         proof = []
