@@ -51,7 +51,8 @@ def test_series_and_csv_cap_one_request(root, monkeypatch):
 @pytest.mark.parametrize("condition, key, op, value", [
     ("train/loss < 0.3", "train/loss", "<", 0.3), ("val/loss >= 1.0", "val/loss", ">=", 1.0),
     ("train/tokens == 3000", "train/tokens", "==", 3000),
-    ("train/tokens in [0, 5000]", "train/tokens", "in", (0, 5000)),
+    ("train/tokens in [0, 5000]", "train/tokens", "in", (0, 5000)), ("train/tokens != 0", "train/tokens", "!=", 0),
+    ("val/loss > 1.5", "val/loss", ">", 1.5), ("train/loss <= 0.25", "train/loss", "<=", 0.25),
 ])
 def test_filter_answers_from_held_records_as_the_cursor(root, condition, key, op, value):
     client = client_of(root)

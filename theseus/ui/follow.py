@@ -34,6 +34,7 @@ import polars as pl
 from theseus.store import Store, schema
 from theseus.store import fs as rootfs
 from theseus.store.reader import latest_records, scan
+from theseus.store.schema import merge_types
 from theseus.store.segments import CorruptSegment, Listings, list_runs, retry_vanished, vanished
 from theseus.store.summary import UnreadableRun
 
@@ -113,7 +114,8 @@ class Facts:
     """What the runs table, the charts' key list and the lineage tree need of a run, worked out once
     per fold for every run folded together (one Polars pass, not one per run): the last write stamp,
     the node count, the last seq, the id of the node it branched from (``origin``), the latest value
-    of each of ``FACT_KEYS``, its keys and its numeric user keys.
+    of each of ``FACT_KEYS``, its keys, its numeric user keys, the read type of each user key and the
+    range (least, greatest; NaN left out) of each int or float one.
 
     >>> NO_FACTS.nodes, NO_FACTS.latest
     (0, {})
@@ -126,6 +128,8 @@ class Facts:
     latest: dict = field(default_factory=dict)
     keys: frozenset = frozenset()
     numeric: frozenset = frozenset()
+    types: dict = field(default_factory=dict)
+    ranges: dict = field(default_factory=dict)
 
 
 NO_FACTS = Facts()
@@ -138,23 +142,41 @@ def facts_of(folded: pl.DataFrame) -> dict[str, Facts]:
     >>> frame = EMPTY.vstack(pl.DataFrame({"node": ["n"], "seq": [0], "parent": [None], "stamp": [5], "writer": ["w"],
     ...     "key": ["train/loss"], "float": [1.5], "int": [None], "bool": [None], "str": [None]}, schema=EMPTY.schema))
     >>> facts = facts_of(frame.with_columns(pl.lit("abcdef").alias("nonce")))["abcdef"]
-    >>> facts.nodes, facts.latest, sorted(facts.numeric)
-    (1, {'train/loss': 1.5}, ['train/loss'])
+    >>> facts.nodes, facts.latest, sorted(facts.numeric), facts.types, facts.ranges
+    (1, {'train/loss': 1.5}, ['train/loss'], {'train/loss': 'float'}, {'train/loss': (1.5, 1.5)})
     """
     first = (pl.col("seq") == pl.col("seq").min()) & pl.col("parent").is_not_null() & (pl.col("parent") != "")
-    numeric = ~pl.col("key").str.starts_with("_") & pl.any_horizontal(
-        pl.col("float").is_not_null(), pl.col("int").is_not_null(), pl.col("bool").is_not_null())
     base = folded.group_by("nonce").agg(
         pl.col("stamp").max().alias("written"), pl.col("seq").n_unique().alias("nodes"),
         pl.col("seq").max().alias("last"), pl.col("parent").filter(first).first().alias("origin"),
-        pl.col("key").unique().alias("keys"), pl.col("key").filter(numeric).unique().alias("numeric"))
+        pl.col("key").unique().alias("keys"))
     latest: dict[str, dict] = {}
     wanted = folded.filter(pl.col("key").is_in(FACT_KEYS)).sort("stamp", "writer")
     for nonce, key, *values in (wanted.group_by("nonce", "key").last()
                                 .select("nonce", "key", "float", "int", "bool", "str").iter_rows()):
         latest.setdefault(nonce, {})[key] = next((v for v in values if v is not None), None)
-    return {nonce: Facts(written or 0, nodes, last, origin, latest.get(nonce, {}), frozenset(keys), frozenset(numbers))
-            for nonce, written, nodes, last, origin, keys, numbers in base.iter_rows()}
+    number = pl.coalesce(pl.col("float"), pl.col("int").cast(pl.Float64))
+    used = [pl.col(c).is_not_null().any().alias(c) for c in ("str", "bool", "int", "float")]
+    per_key = folded.filter(~pl.col("key").str.starts_with("_")).group_by("nonce", "key").agg(
+        *used, number.filter(~number.is_nan()).min().alias("lo"), number.filter(~number.is_nan()).max().alias("hi"))
+    types: dict[str, dict] = {}
+    ranges: dict[str, dict] = {}
+    numeric: dict[str, set] = {}  # keys with a number (or bool) at some node: what a chart can draw
+    for nonce, key, *flags, lo, hi in per_key.iter_rows():
+        if any(flags[1:]):
+            numeric.setdefault(nonce, set()).add(key)
+        kind = None
+        for column, there in zip(("str", "bool", "int", "float"), flags):
+            if there:
+                kind = column if kind is None else merge_types(kind, column)
+        if kind is not None:
+            types.setdefault(nonce, {})[key] = kind
+        if kind in ("int", "float") and lo is not None:
+            ranges.setdefault(nonce, {})[key] = (lo, hi)
+    return {nonce: Facts(written or 0, nodes, last, origin, latest.get(nonce, {}), frozenset(keys),
+                         frozenset(numeric.get(nonce, ())),
+                         types.get(nonce, {}), ranges.get(nonce, {}))
+            for nonce, written, nodes, last, origin, keys in base.iter_rows()}
 
 
 def _value(row: dict):

@@ -238,13 +238,27 @@ def held_matching(runs: dict[str, RunLog], conditions: Iterable[tuple[str, str, 
         schema.check_user_key(key)
         if key not in known:
             _unknown_key(key, dict.fromkeys(known, "float"))
-        found = {n: held.of(runs[n], key) for n in keep}
-        kinds = {kind for kind, _ in found.values() if kind is not None}
-        for kind in kinds:
+        for kind in {runs[n].facts.types[key] for n in keep if key in runs[n].facts.types}:
             _check_where_type(key, kind, op, tuple(value) if op == "in" else value)
-        keep = {n for n, (kind, values) in found.items() if kind is not None and any(
-            _node_holds(v, op, value) for v in values)}
+        keep = {n for n in keep if _run_holds(runs[n], key, op, value, held)}
     return keep
+
+
+def _run_holds(run: RunLog, key: str, op: str, value: Any, held: HeldValues) -> bool:
+    """Whether a node of ``run`` meets ``key op value``: from the key's range where that answers (an
+    order on numbers; a value outside the range is never equal), else from its values."""
+    kind = run.facts.types.get(key)
+    if kind is None:
+        return False
+    if kind in ("int", "float"):
+        if key not in run.facts.ranges:
+            return False  # NaN alone: it never compares
+        lo, hi = run.facts.ranges[key]
+        if op in ("<", "<=", ">", ">="):
+            return {"<": lo < value, "<=": lo <= value, ">": hi > value, ">=": hi >= value}[op]
+        if op == "==" and not lo <= value <= hi or op == "in" and not any(lo <= v <= hi for v in value):
+            return False
+    return any(_node_holds(v, op, value) for v in held.of(run, key)[1])
 
 
 def _node_holds(have: Any, op: str, value: Any) -> bool:
