@@ -38,8 +38,9 @@ from theseus.store.schema import merge_types
 from theseus.store.segments import CorruptSegment, Listings, list_runs, retry_vanished, vanished
 from theseus.store.summary import UnreadableRun
 
-FACT_KEYS = frozenset({schema.JOB, schema.STATUS, schema.FINISHED, schema.ERROR, "train/loss", "val/loss",
-                       "train/tokens"})  # the runs table's columns: their latest values are kept per run
+# the runs table's columns and the config its conditions test: their latest values are kept per run
+FACT_KEYS = frozenset({schema.JOB, schema.STATUS, schema.FINISHED, schema.ERROR, schema.CONFIG, "train/loss",
+                       "val/loss", "train/tokens"})
 KEEP = ["node", "seq", "parent", "stamp", "writer", "key", "float", "int", "bool", "str"]
 EMPTY = pl.DataFrame(schema={"node": pl.String, "seq": pl.Int64, "parent": pl.String, "stamp": pl.Int64,
                              "writer": pl.String, "key": pl.String, "float": pl.Float64, "int": pl.Int64,
