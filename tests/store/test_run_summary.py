@@ -6,18 +6,19 @@ import pytest
 from theseus.store import Node, Store
 from theseus.store.fold import WRITTEN
 from theseus.store.reader import latest_value, scan
+from theseus.store.status import with_status
 from theseus.store.summary import SUMMARY_KEYS
 
 
 def reference_runs(store: Store) -> pl.DataFrame:
-    """runs() the slow way: every record of the log grouped by run."""
+    """runs() the slow way: every record of the log grouped by run, and the status rule."""
     index = store._index
     paths = index.segments()
     types = index.footers.keys(paths)
     aggs = [pl.col("node").n_unique().alias("nodes"), pl.col("seq").max().alias("last seq"),
             pl.col("stamp").max().alias(WRITTEN)]
     aggs += [latest_value(k, types[k]) for k in SUMMARY_KEYS if k in types]
-    return scan(store.fs, paths).group_by("name", "nonce").agg(aggs).sort(WRITTEN).collect()
+    return with_status(scan(store.fs, paths).group_by("name", "nonce").agg(aggs).sort(WRITTEN).collect())
 
 
 def messy_root(store: Store) -> list[Node]:
@@ -83,5 +84,5 @@ def test_runs_of_an_empty_root_and_a_root_without_metrics(tmp_path):
     with store.writer() as w:
         w.write(Node.start("proj.sum.plain"), {"x": 1})
     runs = store.runs()
-    assert runs.columns == ["name", "nonce", "nodes", "last seq", WRITTEN]
+    assert runs.columns == ["name", "nonce", "nodes", "last seq", WRITTEN, "status"]
     assert runs["nodes"].to_list() == [1]

@@ -26,6 +26,7 @@ MODULES = [
     "theseus.store.latest",
     "theseus.store.tail",
     "theseus.store.topk",
+    "theseus.store.status",
 ]
 
 

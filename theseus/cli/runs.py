@@ -19,6 +19,7 @@ general.default.train-gpt  c33b26  finished  3m ago          5.3      7
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,8 +29,9 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from theseus.store import Store
+from theseus.store import Store, schema
 from theseus.store.fold import WRITTEN
+from theseus.store.status import run_status
 
 #: the columns ``theseus ls`` shows by default, in the order they are kept as the width shrinks
 DEFAULT = ("name", "nonce", "status", "written", "train/loss", "val/loss", "nodes")
@@ -104,13 +106,19 @@ def ago(stamp: int | None, now: int) -> str:
     return "now"
 
 
-def status(row: dict[str, Any]) -> str:
-    """A run's status: its recorded one (running, finished, failed), else finished/-.
+def status(row: dict[str, Any], now: int | None = None) -> str:
+    """A run's status by the store's one rule (`theseus.store.status`): the ``status`` column of
+    `theseus.store.Store.runs`, else the rule applied at ``now`` (ns; default: the clock).
 
-    >>> status({"_status": "failed"}), status({"_finished": True}), status({})
-    ('failed', 'finished', '-')
+    >>> status({"_status": "failed"}), status({"_finished": True}), status({"status": "stale"})
+    ('failed', 'finished', 'stale')
+    >>> status({"_status": "running", "_written": 0}, now=10**18)
+    'stale'
     """
-    return row.get("_status") or ("finished" if row.get("_finished") else "-")
+    if row.get("status") is not None:
+        return row["status"]
+    now = time.time_ns() if now is None else now
+    return run_status(row.get(schema.STATUS), row.get(schema.FINISHED), row.get(WRITTEN), now)
 
 
 def fmt(value: Any) -> str:
@@ -133,7 +141,7 @@ def cell(row: dict[str, Any], column: str, now: int) -> str:
     ('5s ago', '2.123')
     """
     if column == "status":
-        return status(row)
+        return status(row, now)
     if column == "written":
         return ago(row.get(WRITTEN), now)
     if column == "job":

@@ -89,6 +89,10 @@ def show(
                      f"({len(nodes)} nodes, last seq {nodes[-1].seq if nodes else '-'})")
             last = store.find().nonce(ident).select()
             record = {**{k: v for k, v in record.items() if k != "nonce"}, **(last[-1] if last else {})}
+            summary = store.runs().filter(nonce=ident)  # the status ls and the UI show: the store's one rule
+            if summary.height:
+                record.pop("_status", None)  # the recorded one, which the rule reads
+                record["status"] = summary["status"][0]
         else:
             node = Node.from_id(ident)
             record = store.record(node)

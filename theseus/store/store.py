@@ -17,6 +17,7 @@ from theseus.store.node import Node, check_nonce, decode_id
 from theseus.store.reader import latest_value, scan
 from theseus.store.scope import read_scope
 from theseus.store.segments import retry_vanished
+from theseus.store.status import with_status
 from theseus.store.summary import readable, summarize_each, summarize_runs, summary_frame
 from theseus.store.view_fold import refresh_view
 from theseus.store.writer import Writer
@@ -103,7 +104,8 @@ class Store:
         return row.row(0, named=True) if row.height else {"nonce": nonce}
 
     def runs(self) -> pl.DataFrame:
-        """One row per run: name, nonce, nodes, last seq, last write, status, finished, job, latest metrics.
+        """One row per run: name, nonce, nodes, last seq, last write, status, finished, job, latest metrics,
+        and ``status``: running, finished, failed or stale by the one rule of ``theseus.store.status``.
 
         Costs a few operations per run, not per record (``theseus.store.summary``); listed and
         read again when a concurrent compaction retires a segment mid-read. A run holding a segment
@@ -111,7 +113,7 @@ class Store:
         naming the file: one bad file costs its own run, not the table.
         """
         self._index.require_root()
-        return retry_vanished(self._read_runs)
+        return with_status(retry_vanished(self._read_runs))
 
     def _read_runs(self) -> pl.DataFrame:
         index = self._index
