@@ -46,6 +46,8 @@ MAX_SERIES = 200  # runs x keys of /api/series per request
 MAX_CSV_RUNS = 10_000  # runs of /api/csv per request (a client asks for more in several)
 CONFIG_KEY_RUNS = 1000  # the config keys offered as columns are those of this many most recent runs
 MIN_POLL_S = 0.25  # clients poll about every second; several clients share one listing within this
+POLL_SPACING = 3  # polls start at least this many times their own duration apart: listing a large root costs
+# at most a third of a core, however many clients ask
 
 
 class JSON(Response):
@@ -81,14 +83,18 @@ class Api:
         self.token = 0  # grows when any run changes
         self._changed_at: dict[str, int] = {}  # nonce -> token of its last change
         self._last_poll = 0.0
+        self._poll_every = MIN_POLL_S
         self._lock = threading.Lock()
 
     def refresh(self) -> int:
-        """Poll the root when the last poll is older than ``MIN_POLL_S``; returns the change token."""
+        """Poll the root when the last poll is older than ``MIN_POLL_S`` (or ``POLL_SPACING`` times the last
+        poll's duration, when longer); returns the change token."""
         with self._lock:
-            if time.monotonic() - self._last_poll >= MIN_POLL_S:
+            if time.monotonic() - self._last_poll >= self._poll_every:
+                start = time.monotonic()
                 changed = self.follower.poll()
                 self._last_poll = time.monotonic()
+                self._poll_every = max(MIN_POLL_S, POLL_SPACING * (self._last_poll - start))
                 if changed:
                     self.token += 1
                     for run in changed:

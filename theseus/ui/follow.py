@@ -204,6 +204,7 @@ class Follower:
         self.polls = 0
         self.segments_read = 0
         self._listings = Listings(store.path() if rootfs.is_local(store.fs) else None)
+        self._seen: dict[tuple[str, str], object] = {}  # the last poll's listing, by run
         self._lock = threading.Lock()
 
     def poll(self) -> list[RunLog]:
@@ -214,6 +215,10 @@ class Follower:
     def _poll(self) -> list[RunLog]:
         self.polls += 1
         listed = list_runs(self.store.fs, self.store.path(), listings=self._listings)
+        # a run folder whose listing is the very tuple seen last poll (a ctime-proven listing) is unchanged
+        everything, seen = listed, self._seen
+        if seen.keys() == listed.keys():
+            listed = {run: paths for run, paths in listed.items() if paths is not seen[run]}
         new: dict[str, list[str]] = {}
         for (name, nonce), paths in listed.items():
             run = self.runs.get(nonce)
@@ -238,9 +243,11 @@ class Follower:
                 run.segments.update(paths)
                 self.segments_read += len(paths)
                 changed[nonce] = run
+        touched = {nonce for _, nonce in listed}
         published: dict[str, set[str]] = {}  # by nonce: two names sharing a nonce keep both their segments
-        for (name, nonce), paths in listed.items():
-            published.setdefault(nonce, set()).update(paths)
+        for (name, nonce), paths in everything.items():
+            if nonce in touched:
+                published.setdefault(nonce, set()).update(paths)
         for nonce, paths in published.items():  # retired segments (a compaction) are forgotten
             run = self.runs[nonce]
             run.segments.intersection_update(paths)
@@ -248,6 +255,7 @@ class Follower:
                 run.unreadable = {p: why for p, why in run.unreadable.items() if p in paths}
                 run.version += 1
                 changed[nonce] = run
+        self._seen = everything  # only once this poll is applied: a retried poll compares with the last whole one
         return list(changed.values())
 
     def _read(self, new: dict[str, list[str]]) -> pl.DataFrame:
