@@ -93,3 +93,27 @@ def test_server_start_costs_a_fixed_number_of_polars_passes_whatever_the_run_cou
         create_app(root)
         found[runs] = dict(counts)
     assert found[5] == found[20] and found[20]["yaml"] == 0, found
+
+
+def test_polls_are_spaced_by_their_own_cost(tmp_path, monkeypatch):
+    """A poll that takes long (listing a root of many runs) is not started again right away, however
+    many pages ask: polls start at least POLL_SPACING times their duration apart."""
+    import time
+
+    from theseus.ui.api import MIN_POLL_S, POLL_SPACING, Api
+
+    api, calls = Api(Store(tmp_path)), []
+
+    def slow_poll():
+        calls.append(time.monotonic())
+        time.sleep(0.3)
+        return []
+
+    monkeypatch.setattr(api.follower, "poll", slow_poll)
+    api.refresh()
+    time.sleep(MIN_POLL_S + 0.05)
+    api.refresh()
+    assert len(calls) == 1
+    time.sleep(POLL_SPACING * 0.3 + 0.5)
+    api.refresh()
+    assert len(calls) == 2
