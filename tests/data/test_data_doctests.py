@@ -5,7 +5,7 @@ import importlib
 
 import pytest
 
-MODULES = ["hashing", "tokenizer", "sources", "store", "tokenize", "loader", "mixture"]
+MODULES = ["hashing", "tokenizer", "sources", "store", "tokenize", "loader", "mixture", "passes"]
 
 
 @pytest.mark.parametrize("name", MODULES)

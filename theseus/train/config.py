@@ -117,7 +117,8 @@ class TrainingConfig:
     """`training`: global batch, micro-batch (-1 probes), token budget, validation.
 
     Total steps = tokens // (batch_size * architecture.block_size). `evaluate` and
-    `analyze` turn the job's evaluations and analyses on at validation steps.
+    `analyze` turn the job's evaluations and analyses on at validation steps. A validation
+    reads one pass of each val split, at most `validation_steps` batches.
     `warmup_pct`/`decay_pct` are the seed's keys, but the learning-rate schedule reads
     `optimization.warmup_pct`/`decay_pct`: setting these is an error (`check_config`).
 

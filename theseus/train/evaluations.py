@@ -48,8 +48,8 @@ class EvalContext:
     - ``params``: the current parameters (on the trainer's mesh); ``config``: the job's config;
     - ``model``: the flax module (``model.apply({"params": params}, idx)``);
     - ``sources``: the names of the datasets of the job's data;
-    - ``mean_loss(dataset)``: mean token loss of ``params`` over ``training.validation_steps``
-      batches of that dataset's val split (``None``: the whole mixture);
+    - ``mean_loss(dataset)``: mean token loss of ``params`` over one pass of that dataset's val
+      split, at most ``training.validation_steps`` batches (``None``: the whole mixture);
     - ``write(name, data)``: publish ``data`` (bytes) as ``analysis/<name>`` in the node's
       artifact folder, ``name`` a file name or ``<folder>/<file>`` (one folder of files, as
       `theseus.train.analyses.base.publish_folder` writes them); returns its path relative to the root;
@@ -144,8 +144,8 @@ class Analysis(Evaluation):
 
 @part("evaluation", "val-loss", "Validation loss of each dataset of the job's data: val/<dataset>/loss.")
 class ValidationLoss(Evaluation):
-    """``val/<dataset>/loss`` for every dataset of the job's data (``training.validation_steps`` batches each),
-    when ``training.validation`` is on.
+    """``val/<dataset>/loss`` for every dataset of the job's data (one pass of each val split, at most
+    ``training.validation_steps`` batches), when ``training.validation`` is on.
 
     >>> context = EvalContext(step=2, params={}, config=None, sources=("a", "b"), mean_loss=lambda d: len(d))
     >>> ValidationLoss.run(context)

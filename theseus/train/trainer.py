@@ -49,6 +49,7 @@ from loguru import logger
 from omegaconf import DictConfig
 
 from theseus.data.mixture import Sampling, open_mixture
+from theseus.data.passes import one_pass
 from theseus.model.debug import DebugResult, capture, find_modules, normalize_path
 from theseus.model.gpt import count_params
 from theseus.model.layers.mlp import MLP
@@ -229,6 +230,7 @@ class Trainer:
         self._key_device: jax.Array | None = None
         self._eval_step = None
         self._losses: dict[int, tuple[int, tuple]] = {}  # id(loader) -> (step, the loss pass of that step)
+        self._val_batches: dict[int, int] = {}  # id(loader) -> batches one validation pass reads
         self._host_batch: tuple[int, dict] | None = None
         self._last_find: list[tuple[str, ...]] = []
         self._report_every = int(cfg.logging.report_interval)
@@ -551,7 +553,7 @@ class Trainer:
         return self._val_loaders[dataset]
 
     def _loss_async(self, loader: Any) -> tuple[jax.Array, jax.Array]:
-        """Enqueue the loss pass of the current params over ``validation_steps`` batches of ``loader``:
+        """Enqueue the loss pass of the current params over batches 0.. of ``loader`` (`_val_pass`):
         (sum of token losses, token count) on device; one pass per loader and step."""
         cached = self._losses.get(id(loader))
         if cached is not None and cached[0] == self.step:
@@ -564,7 +566,7 @@ class Trainer:
         total = jnp.zeros((), jnp.float32)
         count = jnp.zeros((), jnp.float32)
         params = self.state["params"]
-        for k in range(max(self._val_steps, 1)):
+        for k in range(self._val_pass(loader)):
             out = self._eval_step(params, self._place(loader, k))
             tokens = out["tokens"].astype(jnp.float32)
             total = total + out["loss"] * tokens
@@ -572,12 +574,27 @@ class Trainer:
         self._losses[id(loader)] = (self.step, (total, count))
         return total, count
 
+    def _val_pass(self, loader: Any) -> int:
+        """Batches a validation pass reads of ``loader``: one pass of its split (`theseus.data.passes`),
+        at most ``validation_steps``; logged at the first pass of each loader."""
+        if id(loader) not in self._val_batches:
+            cap = max(self._val_steps, 1)
+            whole = one_pass(loader)
+            n = self._val_batches[id(loader)] = min(cap, whole)
+            name = "+".join(loader.names) if hasattr(loader, "names") else loader.dataset.name
+            why = (f"one pass of the split, under training.validation_steps={self._val_steps}" if whole <= cap
+                   else f"training.validation_steps; one pass of the split is {whole}")
+            self.log.info(f"VALIDATION | {name} val: {n} batches of {loader.batch_size} x {loader.block_size} "
+                          f"tokens ({why})")
+        return self._val_batches[id(loader)]
+
     def _mean_loss(self, dataset: str | None) -> float:
         total, count = jax.device_get(self._loss_async(self._val_loader(dataset)))
         return float(total) / max(float(count), 1.0)
 
     def validate(self) -> float:
-        """Mean token loss of the current params over ``validation_steps`` batches of the val split.
+        """Mean token loss of the current params over one pass of the val split (at most ``validation_steps``
+        batches).
 
         The val batches are the same every time (batches 0.. of the val loader).
 
