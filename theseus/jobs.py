@@ -85,7 +85,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from theseus import config as configs
 from theseus.experiments import import_hint, job_source
-from theseus.store import Store
+from theseus.store import Store, nonces
 from theseus.store import fs as rootfs
 from theseus.store.claim import claim
 from theseus.store.layout import CONFIG_FILE, JOB_FILE
@@ -100,6 +100,7 @@ JOB_MODULES: list[str] = ["theseus.data.jobs", "theseus.train.jobs", "theseus.re
 
 _REGISTRY: dict[str, type[Job]] = {}  # the only global mutable state of the job system
 _LOADED: set[str] = set()
+_DRAWS = 8  # nonces a job draws for a new lineage before a clash is an error (clashes are rare: one in a row is chance)
 _KEY = re.compile(r"^[a-z0-9][a-z0-9_\-]*(/[a-z0-9][a-z0-9_\-]*)*$")
 
 
@@ -319,6 +320,7 @@ class Job:
         self.log = logger.bind(job=self.key, run=node.run)
         self._ran = False
         self._claimed = False
+        self._redraw = False
 
     # -- building -----------------------------------------------------------
 
@@ -376,6 +378,7 @@ class Job:
             raise TypeError(f"verify must be True or False, got {verify!r}")
         self = cls(_as_store(store), node, cfg, base=base)
         self.verify = verify
+        self._redraw = node.seq == 0 and nonce is None  # a nonce it drew: taken in the root, it draws again
         self.log.debug(f"JOB {node.run} | building state")
         if base is None:
             self.log.debug(f"JOB {node.run} | starting anew")
@@ -465,20 +468,38 @@ class Job:
         return result
 
     def claim(self, writer) -> None:
-        """Claim this run's first node when it continues base's lineage (once, on the writing process).
+        """Claim this run's first node (once, on the writing process): its lineage when it
+        continues base's, its nonce when it starts a new lineage.
 
-        ``job()`` calls it before the first record; a second resume of the same node
-        raises ``theseus.store.claim.ResumeConflict`` here. A fresh run or a branch has
-        its own nonce and claims nothing.
+        ``job()`` calls it before the first record. A second resume of the same node
+        raises ``theseus.store.claim.ResumeConflict`` here. A fresh run or a branch claims
+        its nonce in the root (``theseus.store.nonces``): when another lineage holds it, a
+        nonce the job drew is drawn again (``self.node`` changes), and a nonce it was given
+        (``create(nonce=...)``) raises ``NonceTaken``, before anything is written.
 
         >>> import tempfile
         >>> job = get_job("data/tokenize/pydoc").create(tempfile.mkdtemp(), "tok")
-        >>> job.claim(None); job.store.find().all()  # a fresh lineage: nothing to claim, nothing written
-        []
+        >>> with job.store.writer() as w:
+        ...     job.claim(w)
+        >>> job.store.find().all(), nonces.holders(job.store._index, job.node.nonce)  # claimed, nothing written
+        ([], {'general.default.tok': 'claim'})
         """
-        if not self._claimed and self.primary and self.base is not None and self.node.nonce == self.base.nonce:
-
+        if self._claimed or not self.primary:
+            self._claimed = True
+            return
+        if self.base is not None and self.node.nonce == self.base.nonce:
             claim(self.store, writer, self.node)
+        else:
+            for draws in range(_DRAWS, 0, -1):
+                try:
+                    writer.begin(self.node)
+                    break
+                except nonces.NonceTaken as e:
+                    if not self._redraw or draws == 1:
+                        raise
+                    node = Node.start(self.node.name, parent=self.node.parent)
+                    self.log.info(f"JOB {self.node.run} | {e}; drawing again: nonce {node.nonce}")
+                    self.node = node
         self._claimed = True
 
     def tick(self) -> Node:

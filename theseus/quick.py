@@ -167,14 +167,14 @@ class QuickJob:
         self._check_open()
         if not isinstance(verify, bool):
             raise TypeError(f"verify must be True or False, got {verify!r}")
-        run = self.store.run_record(node.nonce)
+        run = self.store.run_record(node.nonce, name=node.name)
         key, config_yaml = run.get(schema.JOB), run.get(schema.CONFIG)
         if not key:
             raise ValueError(f"node {node.id} belongs to a run with no recorded job; it cannot be resumed")
         get_job(key, run.get(schema.JOB_SOURCE))  # not registered here: names what to import, and nothing changes
         if config_yaml:  # a root may come from a stranger: its config is plain data or refused
             trust.plain_config(config_yaml, f"node {node.id} ({node.name}:{node.nonce}:{node.seq})")
-        if not branch and self.store.find().nonce(node.nonce).last().seq > node.seq:
+        if not branch and self.store.find().name(node.name).nonce(node.nonce).last().seq > node.seq:
             # the lineage already went on past this node: continuing it would write a
             # second history over the same node ids, so the resumed run branches instead
             logger.info(f"RESUME | {node.id} is not the tip of {node.name}:{node.nonce}; "

@@ -219,7 +219,7 @@ def test_a_segment_without_block_index_is_read_and_compacted(tmp_path):
     from theseus.store.segments import run_dir
 
     store = Store(tmp_path)
-    a = Node.start("proj.view.legacy")
+    a = Node("proj.view.legacy", "1e6ac7", 0)  # a lineage begun by hand: the writer continues it, named
     b = a.next()
     rows = {"node": [b.id, a.id, a.id, b.id], "seq": [1, 0, 0, 1], "parent": [a.id, None, None, a.id],
             "stamp": [5, 3, 4, 6], "writer": ["w1"] * 4, "key": ["x", "x", "x", "s"],

@@ -15,6 +15,7 @@ from theseus.store import schema, topk
 from theseus.store.fold import WRITTEN, node_ids
 from theseus.store.index import Index
 from theseus.store.node import Node, check_nonce, decode_id, normalize_name
+from theseus.store.nonces import one_name
 from theseus.store.scope import Scope, read_scope
 from theseus.store.segments import vanished
 
@@ -201,14 +202,35 @@ class Cursor:
         return [Node(name, nonce, seq, parent) for name, nonce, seq, parent in rows]
 
     def first(self) -> Node:
-        """The first matching node; EmptyResult when none match."""
+        """The first matching node; EmptyResult when none match.
+
+        A query naming a run by its nonce alone, which several runs share (a collision,
+        see ``theseus audit``), is an ``AmbiguousNonce`` naming them, as for :meth:`last`.
+        """
+        self._one_run()
         nodes = self.limit(1).all() if self.limit_n is None else self.all()[:1]
         if not nodes:
             raise EmptyResult(f"query matched no nodes: {self.describe()}")
         return nodes[0]
 
     def last(self) -> Node:
-        """The last matching node; EmptyResult when none match."""
+        """The last matching node; EmptyResult when none match.
+
+        >>> import shutil, tempfile
+        >>> from theseus.store.store import Store, _doc_store
+        >>> store, n = _doc_store()
+        >>> store.find().nonce(n.nonce).last() == n
+        True
+        >>> other = Store(tempfile.mkdtemp())
+        >>> with other.writer() as w:  # another root's run under the same nonce, copied in: a collision
+        ...     w.write(Node("other", n.nonce, 0), {"loss": 2.0})
+        >>> _ = shutil.copytree(other.path("log"), store.path("log"), dirs_exist_ok=True)
+        >>> store.find().nonce(n.nonce).last()
+        Traceback (most recent call last):
+        ...
+        theseus.store.nonces.AmbiguousNonce: nonce ... names 2 runs: general.default.doc, general.default.other ...
+        """
+        self._one_run()
         nodes = self.all()
         if not nodes:
             raise EmptyResult(f"query matched no nodes: {self.describe()}")
@@ -278,6 +300,11 @@ class Cursor:
         if self.context is None:
             raise RuntimeError("branch() needs a quick session: use quick(root).find()...branch()")
         return self.context.branch_from(self, verify=verify)
+
+    def _one_run(self) -> None:
+        """Refuse a query naming a run by its nonce alone when several runs share that nonce."""
+        if self.name_glob == "*" and self.nonce_glob not in ("*", None):
+            one_name(self.index, self.nonce_glob)
 
     def describe(self) -> str:
         """A readable summary of the query, for error messages."""

@@ -12,6 +12,7 @@ these names are the root's format: every module spells them through here.
         logs/process-<k>.log                                  output of each process of a dispatched launch
     <root>/data/<dataset>/                                    tokenized datasets
     <root>/meta/                                              per-root caches (the CPU's peak FLOPs)
+    <root>/nonces/<nonce>/name=<name>/<writer>-<token>        claims of new lineages' nonces (empty files)
 
 >>> f"<root>/{objects('Z2VuZXJhbC5kZWZhdWx0LmE6MTIzNDU2OjA')}/{MANIFEST}"
 '<root>/objects/Z2VuZXJhbC5kZWZhdWx0LmE6MTIzNDU2OjA/MANIFEST.json'
@@ -25,6 +26,7 @@ VIEW = "view"
 OBJECTS = "objects"
 DATA = "data"
 META = "meta"
+NONCES = "nonces"
 
 # files of a node's artifact folder (objects/<node-id>/)
 MANIFEST = "MANIFEST.json"

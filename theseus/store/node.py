@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 import re
 import secrets
+import threading
 from operator import attrgetter
 
 import numpy as np
@@ -99,6 +101,54 @@ def decode_id(node_id: str) -> tuple[str, str, int]:
     return name, nonce, seq_int
 
 
+def draw_nonce() -> str:
+    """A random nonce (3 random bytes in hex); :meth:`Node.start` draws through it.
+
+    >>> len(draw_nonce()) == 6 and check_nonce(draw_nonce()) is not None
+    True
+    """
+    return secrets.token_hex(3)
+
+
+_MAX_DRAWN = 100_000  # nonces drawn and never written: the oldest are forgotten (then checked as named lineages)
+_drawn: dict[str, str] = {}  # nonce -> name of each new lineage this process drew, not yet claimed by a writer
+_drawn_lock = threading.Lock()
+
+
+def drew(name: str, nonce: str) -> bool:
+    """Note that this process drew ``nonce`` for a new lineage of ``name``; False when it already
+    holds that nonce for a lineage not yet claimed (the caller draws again).
+
+    >>> drew("doc.nonces.draw", "0d0d0d"), drew("doc.nonces.other", "0d0d0d")
+    (True, False)
+    """
+    with _drawn_lock:
+        if nonce in _drawn:
+            return False
+        if len(_drawn) >= _MAX_DRAWN:
+            del _drawn[next(iter(_drawn))]
+        _drawn[nonce] = name
+        return True
+
+
+def take_drawn(name: str, nonce: str) -> bool:
+    """Whether ``name:nonce`` is a new lineage this process drew and no writer claimed yet; it is
+    forgotten here (from now on the root arbitrates it).
+
+    >>> n = Node.start("doc.nonces.take")
+    >>> take_drawn(n.name, n.nonce), take_drawn(n.name, n.nonce)
+    (True, False)
+    """
+    with _drawn_lock:
+        if _drawn.get(nonce) == name:
+            del _drawn[nonce]
+            return True
+        return False
+
+
+# a forked child shares the parent's drawn lineages: there they are named lineages, not new ones
+os.register_at_fork(after_in_child=_drawn.clear)
+
 _PREVIOUS = object()  # a node's parent is the node one seq before it in its lineage (made by next())
 
 
@@ -141,11 +191,20 @@ class Node:
     def start(cls, name: str, parent: str | Node | None = None) -> Node:
         """Seq 0 of a fresh lineage (new random nonce); ``parent`` marks a branch point.
 
-        >>> Node.start("a.b.c").seq
-        0
+        The nonce is one this process has not drawn before; a writer's first record of the
+        lineage claims it in its root, and refuses it when another lineage there holds it
+        (``theseus.store.nonces``).
+
+        >>> a, b = Node.start("a.b.c"), Node.start("a.b.c")
+        >>> a.seq, a.nonce != b.nonce
+        (0, True)
         """
         parent_id = parent.id if isinstance(parent, Node) else parent
-        return cls(name, secrets.token_hex(3), 0, parent_id)
+        name = normalize_name(name)
+        while True:
+            nonce = draw_nonce()
+            if drew(name, nonce):
+                return cls(name, nonce, 0, parent_id)
 
     @classmethod
     def from_id(cls, node_id: str, parent: str | None = None) -> Node:

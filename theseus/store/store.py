@@ -13,7 +13,8 @@ from theseus.store import layout
 from theseus.store.compact import compact
 from theseus.store.cursor import Cursor, EmptyResult
 from theseus.store.index import Index
-from theseus.store.node import Node, check_nonce, decode_id
+from theseus.store.node import Node, check_nonce, decode_id, normalize_name
+from theseus.store.nonces import AmbiguousNonce, ambiguous
 from theseus.store.reader import latest_value, scan
 from theseus.store.scope import read_scope
 from theseus.store.segments import retry_vanished
@@ -86,16 +87,31 @@ class Store:
         row = rows.row(0, named=True)
         return {"node": node_id, **{k: v for k, v in row.items() if v is not None or k == "parent"}}
 
-    def run_record(self, nonce: str) -> dict[str, Any]:
-        """The fold of a whole lineage's reserved fields (job, config, status, error, finished)."""
-        check_nonce(nonce)
-        self._index.require_root()
-        return retry_vanished(lambda: self._read_run_record(nonce))
+    def run_record(self, nonce: str, name: str | None = None) -> dict[str, Any]:
+        """The fold of a whole lineage's reserved fields (job, config, status, error, finished).
 
-    def _read_run_record(self, nonce: str) -> dict[str, Any]:
-        paths = self._index.segments("*", nonce)
+        A nonce that several runs share (a collision: ``theseus audit`` reports it) is an
+        ``AmbiguousNonce`` naming them; ``name`` picks one.
+
+        >>> store, n = _doc_store()
+        >>> with store.writer() as w:
+        ...     w.job(n, "doc/job", "lr: 0.1\\n")
+        >>> store.run_record(n.nonce)["_job"], store.run_record(n.nonce, name=n.name)["name"] == n.name
+        ('doc/job', True)
+        """
+        check_nonce(nonce)
+        name = None if name is None else normalize_name(name)
+        self._index.require_root()
+        return retry_vanished(lambda: self._read_run_record(nonce, name))
+
+    def _read_run_record(self, nonce: str, name: str | None) -> dict[str, Any]:
+        runs = self._index.runs(name or "*", nonce)
+        if len(runs) > 1:  # several names under one nonce
+            raise AmbiguousNonce(ambiguous(nonce, sorted(run_name for run_name, _ in runs)))
+        paths = [path for found in runs.values() for path in found]
         if not paths:
-            raise EmptyResult(f"no run with nonce {nonce!r} in {self.root}")
+            which = f"no run {name} with nonce {nonce!r}" if name else f"no run with nonce {nonce!r}"
+            raise EmptyResult(f"{which} in {self.root}")
         log = scan(self.fs, paths).filter(pl.col("key").str.starts_with("_"))
         types = {k: t for k, t in self._index.footers.keys(paths).items() if k.startswith("_")}
         aggs = [pl.col("name").first()]

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from theseus.store import fs as rootfs
-from theseus.store import schema, trust
+from theseus.store import nonces, schema, trust
 from theseus.store.fold import ARROW
 from theseus.store.index import Index
 from theseus.store.latest import entry as latest_entry
@@ -161,6 +161,7 @@ class Writer:
         # the lineage of the first node written: its nodes made by next() are pending as seqs
         self._chain_name: str | None = None
         self._chain_nonce: str | None = None
+        self._lineages: dict[str, set[str]] = {}  # nonce -> names whose lineage this writer checked in the root
         self._counter = 0
         self._pid = os.getpid()
         self._closed = False
@@ -188,14 +189,16 @@ class Writer:
                         -(2**63) <= v < 2**63 for v, k in zip(new_values, shape.kinds) if k == "int")) and (
                         not shape.strs or all(_utf8(v) for v, k in zip(new_values, shape.kinds) if k == "str"))
                 if same:
+                    # (_entry inlined: this runs once per training step)
+                    chained = (node._parent is _PREVIOUS and node._nonce is self._chain_nonce
+                               and node._name is self._chain_name)
+                    if not chained:
+                        names = self._lineages.get(node._nonce)
+                        if names is None or node._name not in names:
+                            self._begin(node, None)
                     # each append is atomic; the shape goes last, as a flush counts records by shapes
                     self._values.extend(new_values)
-                    # (_entry inlined: this runs once per training step)
-                    if (node._parent is _PREVIOUS and node._nonce is self._chain_nonce
-                            and node._name is self._chain_name):
-                        self._nodes.append(node._seq)
-                    else:
-                        self._nodes.append(node)
+                    self._nodes.append(node._seq if chained else node)
                     self._stamps.append(time.time_ns())  # made strictly increasing at flush
                     self._shapes.append(shape)
                     return
@@ -270,6 +273,29 @@ class Writer:
         Unicode escaped, so a failure is always recorded); durable on return."""
         text = str(error).encode("utf-8", "backslashreplace").decode("utf-8")
         self._commit(node, _FAILED, (False, "failed", text))
+
+    def begin(self, node: Node) -> None:
+        """Start ``node``'s lineage in the root as a new one: claim its nonce, raising
+        ``theseus.store.nonces.NonceTaken`` (nothing written) when any lineage there holds it.
+
+        A writer checks every lineage before its first record of it (a nonce that
+        ``Node.start`` drew must be new to the root, a node built from a name and nonce must
+        not be another name's); a job calls this for its first node whatever drew its nonce,
+        and draws again when it is taken.
+
+        >>> import tempfile
+        >>> from theseus.store import Store
+        >>> store, node = Store(tempfile.mkdtemp()), Node.start("doc-begin")
+        >>> with store.writer() as w, store.writer() as other:
+        ...     w.begin(node)
+        ...     try:
+        ...         other.begin(node)
+        ...     except ValueError as e:
+        ...         print(type(e).__name__)
+        NonceTaken
+        """
+        self._check_node(node)
+        self._begin(node, True)
 
     def claim(self, node: Node) -> None:
         """Record this writer's claim to continue ``node``'s lineage from ``node`` on; durable on return.
@@ -410,10 +436,18 @@ class Writer:
         return node
 
     def _append(self, node: Node, shape: Shape, values: tuple) -> None:
+        names = self._lineages.get(node._nonce)
+        if names is None or node._name not in names:
+            self._begin(node, None)
         self._values.extend(values)
         self._nodes.append(self._entry(node))
         self._stamps.append(time.time_ns())
         self._shapes.append(shape)
+
+    def _begin(self, node: Node, fresh: bool | None) -> None:
+        """Check (and claim when new) ``node``'s lineage in the root before its first record here."""
+        nonces.begin(self.index, self.id, node.name, node.nonce, fresh)
+        self._lineages.setdefault(node.nonce, set()).add(node.name)
 
     def _commit(self, node: Node, shape: Shape, values: tuple) -> None:
         self._append(self._check_node(node), shape, values)
