@@ -15,7 +15,7 @@ checkpoint and what changed from the checkpoint before (or, for a branch, from
 the checkpoint it started from), and the run's status with its error. Problems
 are ``error`` (an integrity failure: a corrupt, missing or unlisted checkpoint
 file, an unreadable log segment, a corrupt view or one that disagrees with the log,
-an inconsistent record) or ``warning`` (a failed
+an inconsistent record, a nonce that two runs share) or ``warning`` (a failed
 or unfinished run, an object folder no checkpoint record references, a run whose
 job is not registered in this process: resuming or verifying it needs the module
 or file its ``_job_source`` names, which the audit never imports).
@@ -97,6 +97,7 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
     nodes = _nodes(log)
     audited = nodes.filter(pl.col("nonce") == nonce) if nonce is not None else nodes
     problems += _identity_problems(audited)
+    problems += _collisions(log if nonce is None else log.filter(pl.col("nonce") == nonce))
     records = _reserved(log)
     known = set(nodes["node"].to_list())
     checkpoints = {r["node"]: r["value"] for r in records if r["key"] == schema.CHECKPOINT}
@@ -372,6 +373,30 @@ def _identity_problems(nodes: pl.DataFrame) -> list[Problem]:
     return problems
 
 
+def _collisions(log: pl.DataFrame) -> list[Problem]:
+    """An error per run whose nonce another run shares: names under one nonce (the log's folders), or
+    lineages under one name and nonce (job records at seq 0 by several writers). Readers given that
+    nonce alone refuse it; one lineage's records would read as the other's."""
+    problems = []
+    names = log.group_by("nonce").agg(pl.col("name").unique().sort()).filter(pl.col("name").list.len() > 1)
+    for row in names.sort("nonce").iter_rows(named=True):
+        shared = ", ".join(row["name"])
+        for name in row["name"]:
+            label = f"{name}:{row['nonce']}"
+            problems.append(Problem("nonce-collision", label, f"{label}: nonce {row['nonce']} is shared by "
+                                    f"{len(row['name'])} runs ({shared}); a reader given the nonce alone "
+                                    "(theseus show/sample/eval ROOT NONCE) refuses it: pass a node id or the name"))
+    starts = (log.filter((pl.col("key") == schema.JOB) & (pl.col("seq") == 0))
+              .group_by("name", "nonce").agg(pl.col("writer").unique().sort())
+              .filter(pl.col("writer").list.len() > 1))
+    for row in starts.sort("name", "nonce").iter_rows(named=True):
+        label = f"{row['name']}:{row['nonce']}"
+        problems.append(Problem("nonce-collision", label, f"{label}: {len(row['writer'])} lineages began under this "
+                                f"name and nonce (job records at seq 0 by writers {', '.join(row['writer'])}); "
+                                "their records read as one run"))
+    return problems
+
+
 def _reserved(log: pl.DataFrame) -> list[dict]:
     """The latest reserved record per (node, key), oldest first: node, seq, stamp, key, value."""
     reserved = latest_records(log.lazy().filter(pl.col("key").str.starts_with("_")))
@@ -423,14 +448,14 @@ def _gaps(seqs: list[int]) -> tuple[tuple[int, int], ...]:
 
 def _runs(fs, base, rows, records, checkpoints, checked, known, problems) -> list[RunAudit]:
     """One :class:`RunAudit` per row of :func:`_run_rows`, with its problems appended to ``problems``."""
-    by_nonce: dict[str, list[dict]] = {}
+    by_run: dict[tuple[str, str], list[dict]] = {}  # by name and nonce: runs sharing a nonce stay apart
     for r in records:
-        by_nonce.setdefault(r["nonce"], []).append(r)
+        by_run.setdefault((r["name"], r["nonce"]), []).append(r)
     configs = {node: c.config for node, c in checked.items()}
     out = []
     for row in rows:
         name, nonce, origin = row["name"], row["nonce"], row["origin"]
-        mine = by_nonce.get(nonce, [])
+        mine = by_run.get((name, nonce), [])
         latest = {r["key"]: r for r in mine}  # oldest first: the last record of each key wins
         value = {key: r["value"] for key, r in latest.items()}
         error = latest.get(schema.ERROR)
