@@ -72,7 +72,7 @@ def restored_trainer(store: Store | str, target: str | Node, log: Any = None) ->
     """
     store = store if isinstance(store, Store) else Store(store)
     node, folder = checkpoint_for(store, target)
-    run = store.run_record(node.nonce)
+    run = store.run_record(node.nonce, name=node.name)  # its own run, should another share the nonce
     recipe = get_job(run[JOB], run.get(JOB_SOURCE)) if run.get(JOB) else None
     if recipe is not None and not issubclass(recipe, Recipe):
         raise ValueError(f"node {node.id} is of a {run[JOB]} run, not a training job: it has no model to restore")

@@ -215,7 +215,7 @@ def verify(store: Store | str, node: str | Node, steps: int, rtol: float = 1e-5,
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
     node, folder = checkpoint_of(store, node)
-    run = store.run_record(node.nonce)
+    run = store.run_record(node.nonce, name=node.name)  # its own run, should another share the nonce
     # the run's own job class (its parts and code overrides) replays it; nothing the root names is imported
     recipe = get_job(run[JOB], run.get(JOB_SOURCE)) if run.get(JOB) else None
     logged = logged_losses(store, node)
