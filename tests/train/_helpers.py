@@ -76,6 +76,18 @@ def config(**sections):
     return cfg
 
 
+def pretrain(root, run_name, steps, **logging):
+    """Write the test dataset into ``root`` and train a fresh ``gpt/train/pretrain`` run of ``steps``
+    tiny steps there (``logging``: its logging section); the run's last node."""
+    from theseus.quick import quick
+
+    write_dataset(root)
+    with quick(root) as q:
+        q.build("gpt/train/pretrain", run_name).config.merge_with(
+            config(training={"tokens": 8 * 32 * steps}, logging=logging))
+        return q()
+
+
 def tree_hash(tree) -> str:
     import jax
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.train._helpers import config, write_dataset
+from tests.train._helpers import pretrain
 from theseus.quick import quick
 from theseus.store import Store
 
@@ -18,13 +18,7 @@ LOGGING = {"report_interval": 3, "validation_interval": 5, "checkpoint_interval"
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("intervals"))
-    write_dataset(root)
-    with quick(root) as q:
-        q.build("gpt/train/pretrain", "intervals").config.merge_with(
-            config(training={"tokens": TOKENS_PER_STEP * STEPS}, logging=LOGGING))
-        job = q.create()
-        last = job()
-    return root, last
+    return root, pretrain(root, "intervals", STEPS, **LOGGING)
 
 
 def test_every_node_of_a_training_run_carries_its_step_and_tokens(run):

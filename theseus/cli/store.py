@@ -15,6 +15,7 @@ from theseus.cli import runs as runs_view
 from theseus.cli.errors import fail, reported
 from theseus.store import EmptyResult, Node, Store
 from theseus.store.fold import WRITTEN
+from theseus.store.status import without_inspections
 from theseus.store.view import list_views
 
 
@@ -34,6 +35,8 @@ def ls(
     watch: bool = typer.Option(False, "--watch", help="refresh in place until Ctrl-C"),
     interval: float = typer.Option(2.0, "--interval", help="seconds between refreshes with --watch"),
     count: int | None = typer.Option(None, "--count", hidden=True, help="stop --watch after this many refreshes"),
+    every: bool = typer.Option(False, "--all", help="also the inspection branches (a trainer ticked outside job(), "
+                                                    "status inspecting or inspected)"),
 ) -> None:
     """List the runs of a root: name, nonce, status, last write, latest metrics; fits the terminal's width.
 
@@ -48,14 +51,18 @@ def ls(
         raise ValueError("--interval must be positive and --count at least 1")
     store = Store(root)
     keys = [k for k in runs_view.logged_keys(picked) if k not in runs_view.DEFAULT + runs_view.WIDE]
+
+    def listed():
+        return store.runs() if every else without_inspections(store.runs())
+
     if as_json:
-        typer.echo(json.dumps(runs_view.runs_json(runs_view.with_keys(store, store.runs(), keys), keys), indent=2))
+        typer.echo(json.dumps(runs_view.runs_json(runs_view.with_keys(store, listed(), keys), keys), indent=2))
         return
     # --wide: lines as long as the table (the terminal wraps them) rather than cut columns
     console = Console(width=100_000) if wide else Console()
 
     def render() -> Table:
-        runs = runs_view.with_keys(store, store.runs(), keys)
+        runs = runs_view.with_keys(store, listed(), keys)
         return runs_view.runs_table(runs, root, picked, width=console.width, fit=not wide)
 
     if not watch:

@@ -7,7 +7,9 @@ seconds is ``stale``: its process most likely died without recording why (killed
 machine). The trainer writes at every report and checkpoint, so a healthy run goes quiet
 that long only with reports rarer than that; ``theseus ui --stale-after`` sets another
 threshold. A run without any status record (a script's writer) is treated the same way:
-``running`` while it writes, then ``stale``.
+``running`` while it writes, then ``stale``. Any other recorded status is shown as it is: the
+branch of an inspection session (``theseus.train.inspection``) is ``inspecting``, then
+``inspected``, and ``theseus ls`` and the UI list such branches only when asked.
 
 >>> NS = 1_000_000_000
 >>> run_status("running", None, written=0, now=60 * NS)
@@ -29,6 +31,11 @@ from theseus.store.fold import WRITTEN
 
 STALE_AFTER_S = 600  # ten minutes without a write
 STATUSES = ("running", "finished", "failed", "stale")
+# a training job ticked outside job() (theseus.train.inspection): a lineage the ticks started is
+# an inspection branch, inspecting while its session lasts, inspected once closed; ticks that
+# continued a lineage leave it closed
+INSPECTING, INSPECTED, CLOSED = "inspecting", "inspected", "closed"
+INSPECTION = (INSPECTING, INSPECTED)  # listed by ls and the UI only when asked
 
 
 def run_status(status: str | None, finished: bool | None, written: int | None, now: int,
@@ -62,3 +69,16 @@ def with_status(runs: pl.DataFrame, now: int | None = None, stale_after_s: float
     rows = zip(*[runs[c].to_list() if c else [None] * runs.height for c in columns])
     status = [run_status(s, f, w, now, stale_after_s) for s, f, w in rows]
     return runs.with_columns(pl.Series("status", status, dtype=pl.String))
+
+
+def without_inspections(runs: pl.DataFrame) -> pl.DataFrame:
+    """``runs`` (`theseus.store.Store.runs`) less the inspection branches (latest ``_status`` in
+    ``INSPECTION``).
+
+    >>> runs = pl.DataFrame({"nonce": ["a", "b", "c"], "_status": ["running", INSPECTED, None]})
+    >>> without_inspections(runs)["nonce"].to_list()
+    ['a', 'c']
+    """
+    if schema.STATUS not in runs.columns:
+        return runs
+    return runs.filter(~pl.col(schema.STATUS).is_in(INSPECTION).fill_null(False))

@@ -14,6 +14,7 @@ that replaces parts is a new training job::
 from __future__ import annotations
 
 import json
+import weakref
 from typing import Any
 
 import jax
@@ -26,6 +27,7 @@ from theseus.store import EmptyResult, Node, layout, schema, trust
 from theseus.store import fs as rootfs
 from theseus.train.evals.text import BitsPerByte
 from theseus.train.evaluations import ValidationLoss
+from theseus.train.inspection import Inspection
 from theseus.train.recipe import Recipe
 
 
@@ -68,6 +70,8 @@ class Pretrain(Recipe, Job):
                                  f"{self.base.name}:{self.base.nonce}): {e}") from None
         self.primary = jax.process_index() == 0
         self._ticked = False
+        # ticks outside job() are an inspection session, closed by close() or at exit
+        self._inspection = Inspection(self.store, new_lineage=self.base is None or self.node.nonce != self.base.nonce)
         self._mirror: Mirror | None = None  # opened at the first report when logging.remote is on
         self._artifact_nodes: set[str] = set()  # nodes whose artifacts record this job wrote
         self.trainer = Trainer(
@@ -182,6 +186,7 @@ class Pretrain(Recipe, Job):
 
     def run(self) -> Node:
         """Train to the end of the token budget; returns the last node."""
+        self._inspection.drop()  # job() records how the run ends
         self._start()
         try:
             self.trainer.train()
@@ -210,6 +215,9 @@ class Pretrain(Recipe, Job):
                         # starts with the job record, as in job()
                         w.job(self.node, self.key, configs.to_yaml(self.config), source=job_source(type(self)))
                         self._start()
+                        if self.primary:
+                            self._inspection.start(w, self.node)
+                            weakref.finalize(self, self._inspection.close)  # at exit when close() never comes
                     self._ticked = True
                     self.trainer.tick()
                     self.trainer.wait()
@@ -219,6 +227,7 @@ class Pretrain(Recipe, Job):
         else:
             self.trainer.tick()
         self.node = self._node_at(self.trainer.step)
+        self._inspection.moved(self.node)
         return self.node
 
     # -- replay: the trainer's inspection API on the job ----------------------------
@@ -240,8 +249,12 @@ class Pretrain(Recipe, Job):
         return self.trainer.generate(prompts, **options)
 
     def close(self) -> None:
-        """Finish pending checkpoints and the mirror, and free the device state."""
+        """Finish pending checkpoints and the mirror, close an inspection session (ticks outside ``job()``:
+        `theseus.train.inspection`), and free the device state."""
         try:
             self.trainer.close()
         finally:
-            self._close_mirror()
+            try:
+                self._inspection.close()
+            finally:
+                self._close_mirror()

@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from theseus.store import EmptyResult, Store
+from theseus.store import EmptyResult, Store, schema
 from theseus.store.fs import NotPlainFile
 from theseus.store.node import check_nonce
 from theseus.ui import node as node_data
@@ -39,7 +39,7 @@ from theseus.ui import run as run_data
 from theseus.ui import series as series_data
 from theseus.ui import table
 from theseus.ui.follow import Follower, PerVersion
-from theseus.ui.status import STALE_AFTER_S
+from theseus.ui.status import INSPECTION, STALE_AFTER_S
 
 MAX_PAGE = 5000  # rows of /api/runs per request (the default page): a client pages with offset and total
 MAX_SERIES = 200  # runs x keys of /api/series per request
@@ -110,10 +110,13 @@ class Api:
         """
         return sorted(n for n, t in self._changed_at.items() if t > token)
 
-    def rows(self, nonces: list[str] | None = None, extra: list[str] = ()) -> list[dict]:
-        """Table rows of ``nonces`` (every run when None)."""
+    def rows(self, nonces: list[str] | None = None, extra: list[str] = (), inspections: bool = False) -> list[dict]:
+        """Table rows of ``nonces`` (every run when None); the inspection branches (a trainer ticked
+        outside job(): `theseus.store.status.INSPECTION`) only with ``inspections``."""
         runs = self.follower.runs
         chosen = runs.values() if nonces is None else [runs[n] for n in nonces if n in runs]
+        if not inspections:
+            chosen = [run for run in chosen if run.latest(schema.STATUS) not in INSPECTION]
         return self.table.rows(chosen, extra)
 
     def keys(self) -> list[str]:
@@ -183,7 +186,7 @@ def routes(api: Api) -> list[Route]:
         limit = _count(request, "limit", MAX_PAGE, MAX_PAGE)
         token = api.refresh()
         extra = _list(request.query_params.get("extra"))
-        rows = api.rows(extra=extra)
+        rows = api.rows(extra=extra, inspections=request.query_params.get("all") == "1")
         return JSON({"token": token, "rows": rows[offset:offset + limit], "offset": offset, "limit": limit,
                      "total": len(rows), "root": api.store.root, "stale_after_s": api.stale_after_s,
                      "keys": api.keys()})
@@ -194,7 +197,8 @@ def routes(api: Api) -> list[Route]:
         changed = api.changed_since(since)
         extra = _list(request.query_params.get("extra"))
         versions = {n: api.follower.runs[n].version for n in changed}
-        return JSON({"token": token, "changed": changed, "versions": versions, "rows": api.rows(changed, extra)})
+        rows = api.rows(changed, extra, inspections=request.query_params.get("all") == "1")
+        return JSON({"token": token, "changed": changed, "versions": versions, "rows": rows})
 
     def config_keys(request: Request, body: Any) -> Response:
         api.refresh()

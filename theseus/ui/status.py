@@ -8,6 +8,6 @@
 
 from __future__ import annotations
 
-from theseus.store.status import STALE_AFTER_S, STATUSES, run_status
+from theseus.store.status import INSPECTION, STALE_AFTER_S, STATUSES, run_status
 
-__all__ = ["STALE_AFTER_S", "STATUSES", "run_status"]
+__all__ = ["INSPECTION", "STALE_AFTER_S", "STATUSES", "run_status"]
