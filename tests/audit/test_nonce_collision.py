@@ -84,3 +84,16 @@ def test_sample_and_eval_by_nonce_refuse_it(tmp_path):
 
     with pytest.raises(AmbiguousNonce, match=rf"{A}, {B}"):
         checkpoint_for(merged(tmp_path, (A, 1.0), (B, 2.0)), NONCE)
+
+
+def test_the_ui_names_both_runs_instead_of_merging_them(tmp_path):
+    from theseus.ui.follow import Follower
+    from theseus.ui.run import run_page
+    from theseus.ui.table import row
+
+    store = Store(merged(tmp_path, (A, 1.0), (B, 2.0)))
+    follower = Follower(store)
+    follower.poll()
+    with pytest.raises(AmbiguousNonce, match=rf"{A}, {B}"):
+        run_page(store, follower, NONCE, with_audit=False)
+    assert A in row(follower.runs[NONCE])["error"] and B in row(follower.runs[NONCE])["error"]

@@ -87,7 +87,9 @@ def test_a_compaction_changes_no_value_whole_or_half_way(tmp_path):
 def test_runs_sharing_a_nonce_are_not_read_again_on_every_poll(tmp_path):
     store = Store(tmp_path / "root")
     _write(store, Node("p.g.one", "abcdef", 0), range(2))
-    _write(store, Node("p.g.two", "abcdef", 0), range(2))
+    other = Store(tmp_path / "other")  # a writer refuses a taken nonce: the collision comes from a copied root
+    _write(other, Node("p.g.two", "abcdef", 0), range(2))
+    shutil.copytree(other.path("log"), store.path("log"), dirs_exist_ok=True)
     api = Api(store)
     assert [r.nonce for r in api.follower.poll()] == ["abcdef"]
     read = api.follower.segments_read

@@ -33,6 +33,7 @@ import polars as pl
 
 from theseus.store import Store, schema
 from theseus.store import fs as rootfs
+from theseus.store.nonces import AmbiguousNonce, ambiguous
 from theseus.store.reader import latest_records, scan
 from theseus.store.schema import merge_types
 from theseus.store.segments import CorruptSegment, Listings, list_runs, retry_vanished, vanished
@@ -65,6 +66,7 @@ class RunLog:
     version: int = 0
     unreadable: dict[str, str] = field(default_factory=dict)  # segment path -> why it cannot be read
     facts: Facts = field(default_factory=lambda: NO_FACTS)
+    shared: tuple[str, ...] = ()  # the other names whose records are under this nonce (a collision)
 
     @property
     def label(self) -> str:
@@ -220,14 +222,18 @@ class Follower:
         if seen.keys() == listed.keys():
             listed = {run: paths for run, paths in listed.items() if paths is not seen[run]}
         new: dict[str, list[str]] = {}
+        changed = {}
         for (name, nonce), paths in listed.items():
             run = self.runs.get(nonce)
             if run is None:
                 run = self.runs[nonce] = RunLog(name, nonce)
+            elif name != run.name and name not in run.shared:  # a nonce collision: named, never merged silently
+                run.shared += (name,)
+                run.version += 1
+                changed[nonce] = run
             fresh = [p for p in paths if p not in run.segments and p not in run.unreadable]
             if fresh:
                 new.setdefault(nonce, []).extend(fresh)
-        changed = {}
         if new:
             # one fold of every changed run together: the new records on top of the kept ones
             kept = [self.runs[n].rows.with_columns(pl.lit(n).alias("nonce")) for n in new if self.runs[n].rows.height]
@@ -297,7 +303,10 @@ class Follower:
         """
         if nonce not in self.runs:
             raise KeyError(f"no run with nonce {nonce} in this root")
-        return self.runs[nonce]
+        run = self.runs[nonce]
+        if run.shared:  # several runs under one nonce: the page of one of them cannot be told apart
+            raise AmbiguousNonce(ambiguous(nonce, sorted((run.name, *run.shared))))
+        return run
 
 
 class PerVersion:

@@ -34,6 +34,7 @@ import yaml
 
 from theseus.store import Store, schema
 from theseus.store.cursor import OPS, _check_where_type, _unknown_key
+from theseus.store.nonces import ambiguous
 from theseus.store.reader import value_expr
 from theseus.ui.configs import config_value, run_config
 from theseus.ui.follow import RunLog
@@ -68,6 +69,8 @@ def row(run: RunLog, extra: Iterable[str] = (), now: int | None = None,
         "written": written,
         "error": run.latest(schema.ERROR),
     }
+    if run.shared:  # runs under one nonce (a collision): shown as one row that names them all
+        found["error"] = ambiguous(run.nonce, sorted((run.name, *run.shared)))
     if run.unreadable:  # a segment that cannot be read: the run is shown, naming the file
         found["status"] = UNREADABLE
         found["error"] = "; ".join(run.unreadable[p] for p in sorted(run.unreadable))
