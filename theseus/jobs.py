@@ -495,7 +495,10 @@ class Job:
                     writer.begin(self.node)
                     break
                 except nonces.NonceTaken as e:
-                    if not self._redraw or draws == 1:
+                    if not self._redraw:
+                        raise nonces.NonceTaken(f"{e}. This job was given its nonce (create(nonce=...), a launch "
+                                                "spec): give another one, or none to have one drawn") from None
+                    if draws == 1:
                         raise
                     node = Node.start(self.node.name, parent=self.node.parent)
                     self.log.info(f"JOB {self.node.run} | {e}; drawing again: nonce {node.nonce}")

@@ -17,12 +17,17 @@ How a root is read and written (each module has the details):
   raw readers (Polars, pandas, pyarrow, DuckDB) read the log without theseus, with
   ``name`` and ``nonce`` declared strings (``docs/reading-a-root.md``).
 - ``cursor``: the immutable query DSL, planned as one Polars lazy frame over the scope.
+- ``nonces``: a new lineage's nonce is unique in its root: a writer claims it before the
+  lineage's first record and refuses one another run holds (``NonceTaken``); readers given a
+  nonce that several runs share anyway refuse it (``AmbiguousNonce``).
 """
 
 from theseus.store.cursor import Cursor, EmptyResult, UnknownKey
 from theseus.store.node import Node
+from theseus.store.nonces import AmbiguousNonce, NonceTaken
 from theseus.store.segments import CorruptSegment
 from theseus.store.store import Store
 from theseus.store.writer import FlushError, Writer
 
-__all__ = ["Store", "Node", "Writer", "Cursor", "EmptyResult", "UnknownKey", "CorruptSegment", "FlushError"]
+__all__ = ["Store", "Node", "Writer", "Cursor", "EmptyResult", "UnknownKey", "CorruptSegment", "FlushError",
+           "NonceTaken", "AmbiguousNonce"]

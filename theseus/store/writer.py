@@ -128,6 +128,10 @@ class Writer:
     object store (gs://) two flushes at the same instant may still both publish, and the
     key then reads as ``str`` while later writes of either type are accepted.
 
+    Before its first record of a lineage, a writer checks the lineage's nonce in the root
+    (``theseus.store.nonces``): a nonce ``Node.start`` drew that another run already holds, or
+    a node of another run's nonce, raises ``NonceTaken`` from ``write()`` and nothing is buffered.
+
     A writer belongs to the process that opened it: in a forked child every call raises,
     except ``close()``, which leaves the pending records to the parent.
 
