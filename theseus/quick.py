@@ -32,7 +32,7 @@ from theseus.dispatch.spec import LaunchSpec
 from theseus.experiments import shipped
 from theseus.jobs import Job, get_job, key_of
 from theseus.store import EmptyResult, Store, schema, trust
-from theseus.store.node import Node, decode_id
+from theseus.store.node import Node, decode_id, normalize_name
 
 __all__ = ["QuickJob", "build_spec", "init", "quick", "spec_from_quick"]
 
@@ -122,7 +122,7 @@ class QuickJob:
         if not isinstance(job_key, str):
             job_key = key_of(job_key)
         cls = get_job(job_key)
-        Node.start(run_name)  # checks the run name now, not at create()
+        normalize_name(run_name)  # checks the run name now, not at create()
         self.job_key, self.run_name = job_key, run_name
         self._config = cls.defaults()
         self.base, self.branched, self.verify = None, False, True
@@ -391,7 +391,7 @@ def build_spec(root: str, job_key: str, run_name: str, overrides: Iterable[str] 
             if q.job_key != job_key:
                 raise ValueError(f"node {base_node} is a run of job {q.job_key!r}, not {job_key!r}")
             base_run = Node.from_id(base_node)
-            if not branch and Node.start(run_name).name != base_run.name:
+            if not branch and normalize_name(run_name) != base_run.name:
                 raise ValueError(f"resuming {base_node} continues run {base_run.name!r}; got run name {run_name!r} "
                                  "(branch to start a new run with another name)")
             if branch:
