@@ -195,3 +195,19 @@ def test_the_claim_costs_little_on_a_writers_first_flush(tmp_path, monkeypatch):
     print(f"first write + flush, local disk (median of 15): {with_claim * 1e3:.2f} ms with the nonce claim, "
           f"{without * 1e3:.2f} ms without")
     assert with_claim - without < 0.005 + 0.5 * without
+
+
+def test_a_claim_a_full_disk_refuses_leaves_the_check_standing(tmp_path, monkeypatch):
+    """A claim that cannot be published (ENOSPC) does not stop the write: the nonce was checked free, and the
+    records are published (or kept pending) as any segment is."""
+    import errno
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("theseus.store.nonces._publish", full)
+    store = Store(tmp_path / "root")
+    node = Node.start("proj.nonce.full")
+    with store.writer() as w:
+        w.write(node, {"loss": 1.0})
+    assert store.find().nonce(node.nonce).all() == [node] and claims(store._index, node.nonce) == {}

@@ -23,7 +23,9 @@ nonce already (it is continued), but no other name may. The writer
 Of two claims, the one published second is read by its own writer together with
 the first, so at most one of two concurrent starts goes on (both may refuse; a job
 then draws again). A claim's file is the evidence until the lineage's first segment
-is published, which the log shows from then on, so no fsync is needed.
+is published, which the log shows from then on, so no fsync is needed; a claim that
+cannot be published (a full or read-only disk) is left out, the check in step 1 standing,
+and the writer keeps its records pending as it does for any segment it cannot publish.
 
 >>> import tempfile
 >>> from theseus.store import Node, Store
@@ -106,7 +108,10 @@ def _begin(index: Index, writer: str, name: str, nonce: str, fresh: bool) -> Non
         raise NonceTaken(_taken(index, name, nonce, others or [name], fresh))
     if held:  # this name holds the nonce: the lineage is continued
         return
-    path = _publish(index, nonce, name, writer)
+    try:
+        path = _publish(index, nonce, name, writer)
+    except OSError:  # a full or read-only disk: the check stands, records stay pending as for any publish
+        return
     found = claims(index, nonce)
     rivals = sorted(n for n, writers in found.items() if n != name or (fresh and set(writers) - {writer}))
     if rivals:
