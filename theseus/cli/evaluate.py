@@ -29,6 +29,7 @@ import os
 from typing import Annotated
 
 import typer
+from loguru import logger
 from rich.console import Console
 from rich.table import Table
 
@@ -45,7 +46,8 @@ def evaluate(
                                                               "evaluation`: pydoc, addition, hellaswag...)")] = "",
     overrides: Annotated[list[str] | None, typer.Argument(help="key=value settings, e.g. eval.hellaswag.path=DIR")
                          ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", help="Examples per evaluation (eval.length; -1: all)")
+    limit: Annotated[int | None, typer.Option("--limit", help="The first N examples of each evaluation, N >= 1 "
+                                                              "(eval.length; -1 or left out: all; 0 is refused)")
                      ] = None,
     name: Annotated[str | None, typer.Option("--name", help="Run name of the results (default: <run>-eval)")
                     ] = None,
@@ -58,8 +60,9 @@ def evaluate(
     """Evaluate NODE_ID's checkpoint (or a run's last, by NONCE) on TASKS; write the results as a new lineage.
 
     Exit status 2 on bad input: unknown run or node, no checkpoint, an unknown task or none,
-    a bad key=value, --harness without lm-eval installed. A failed evaluation is recorded on
-    its node and exits 1.
+    a --limit of 0 or below -1, an empty --name, a bad key=value (or one of evaluate.*, which
+    the arguments set), --harness without lm-eval installed; nothing is recorded then. A
+    failed evaluation is recorded on its node and exits 1.
     \f
     >>> from typer.testing import CliRunner
     >>> app = typer.Typer(); register(app)
@@ -72,7 +75,12 @@ def evaluate(
     from theseus.replay.evaluate import evaluation_parts
     from theseus.replay.restore import checkpoint_for
 
+    try:
+        logger.level(log_level.upper())  # checked before logs.setup replaces the handler
+    except ValueError as e:  # loguru's "Level 'X' does not exist"
+        fail(f"--log-level: {e}", 2)
     logs.setup(log_level)
+    check_inputs(limit, name, overrides or [])
     lm_tasks = [t.strip() for t in harness.split(",") if t.strip()]
     try:
         if tasks.strip() or not lm_tasks:
@@ -104,6 +112,28 @@ def evaluate(
     for key, value in metrics.items():
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     Console(highlight=False, soft_wrap=True).print(table)
+
+
+def check_inputs(limit: int | None, name: str | None, overrides: list[str]) -> None:
+    """Exit 2 on an empty ``--name`` or an override of what an argument sets (``evaluate.*``; ``eval.length``
+    beside ``--limit``), before anything is read or recorded. (The job refuses a ``--limit`` of 0 or below -1.)
+
+    >>> check_inputs(-1, None, ["eval.hellaswag.path=/data"])
+    >>> try:
+    ...     check_inputs(None, "", [])
+    ... except typer.Exit as e:
+    ...     e.exit_code
+    2
+    """
+    if name is not None and not name.strip():
+        fail("--name is empty: give the results' run name, or leave it out for <run>-eval", 2)
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        if key.startswith("evaluate.") or key == "evaluate":
+            fail(f"{item!r}: evaluate.* is set by the arguments (NODE_ID|NONCE, --tasks, --harness, --include-path)",
+                 2)
+        if key == "eval.length" and limit is not None:
+            fail(f"{item!r} and --limit both set eval.length: give one of them", 2)
 
 
 def register(app: typer.Typer) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from loguru import logger
 
 from theseus import logs
 from theseus.cli.errors import ROOT_ERRORS, fail, message
@@ -32,20 +33,21 @@ def sample(
     target: Annotated[str, typer.Argument(metavar="NODE_ID|NONCE",
                                           help="A node with a checkpoint, or a run's nonce (its last checkpoint)")],
     prompt: Annotated[str, typer.Argument(help="The text to continue")],
-    n: Annotated[int, typer.Option("-n", help="Number of samples")] = 1,
+    n: Annotated[int, typer.Option("-n", help="Number of samples, 1..1024 (decoded as one batch)")] = 1,
     max_new_tokens: Annotated[int | None, typer.Option(
         "--max-new-tokens", help="New tokens per sample (default 64, or what the block size leaves)")] = None,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature; 0 is greedy")] = 1.0,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature, finite and >= 0; 0 is greedy")] = 1.0,
     top_k: Annotated[int, typer.Option("--top-k", help="Draw from the k most likely tokens only (0: all)")] = 0,
     top_p: Annotated[float, typer.Option("--top-p", help="Draw from the smallest set of probability p (1: all)")] = 1.0,
-    seed: Annotated[int, typer.Option(help="Seed of the draws: the same seed, the same text")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the draws, 0..2**32-1: the same seed, the same text")] = 0,
     stop: Annotated[list[str] | None, typer.Option("--stop", help="End a sample at this string; repeatable")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="loguru level of the trainer's log")] = "WARNING",
 ) -> None:
     """Print N samples continuing PROMPT from the checkpoint of NODE_ID, or of a run's last one (its NONCE).
 
     Exit status 2 on bad input: unknown run or node, no checkpoint, an empty prompt, a
-    sample longer than the model's block size. Nothing is written to the root.
+    sample longer than the model's block size, more samples than fit in memory at once
+    (-n is at most 1024). Nothing is written to the root.
     \f
     >>> import typer
     >>> from typer.testing import CliRunner
@@ -58,13 +60,17 @@ def sample(
     from theseus.replay.sample import sample as run_sample
     from theseus.store import EmptyResult
 
+    try:
+        logger.level(log_level.upper())  # checked before logs.setup replaces the handler
+    except ValueError as e:  # loguru's "Level 'X' does not exist"
+        fail(f"--log-level: {e}", 2)
     logs.setup(log_level)
     try:
         node, samples = run_sample(root, target, prompt, n, max_new_tokens=max_new_tokens, temperature=temperature,
                                    top_k=top_k, top_p=top_p, seed=seed, stop=stop)
     except EmptyResult as e:
         fail(str(e), 2)
-    except ROOT_ERRORS as e:
+    except (*ROOT_ERRORS, MemoryError) as e:
         fail(message(e), 2)
     print(f"# {node.name}:{node.nonce}:{node.seq} ({node.id})")
     for i, s in enumerate(samples):

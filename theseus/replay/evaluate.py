@@ -127,7 +127,7 @@ class Evaluate(Job):
         super().setup()  # refuses a base: the evaluated node is a setting, the parent of this lineage
         settings = self.config.evaluate
         self.parts, self.harness_names = self._tasks(settings)
-        self.limit = self._limit() if self.harness_names else None
+        self.limit = self._limit()  # checked for the parts too: eval.length 0 would score nothing
         if not settings.checkpoint:
             raise ValueError("evaluate.checkpoint is empty: give a node id with a checkpoint, or a run's nonce")
         foreign = [p.name for p in self.parts if p.Config is not None and p.section != "eval"]
@@ -168,10 +168,12 @@ class Evaluate(Job):
         return found, names
 
     def _limit(self) -> int | None:
-        """The documents per harness task: ``eval.length`` (this job's, which the parts read too), None for all."""
+        """The examples per evaluation and documents per harness task: ``eval.length`` (this job's, which the parts
+        read too), None for all; 0 or below -1 is a ValueError."""
         limit = example_limit(self.config)
         if limit != -1 and limit < 1:
-            raise ValueError(f"eval.length must be -1 (all examples) or a positive integer, got {limit}")
+            raise ValueError(f"eval.length must be -1 (all examples) or a positive integer (theseus eval's --limit), "
+                             f"got {limit}")
         return None if limit == -1 else limit
 
     def settings_for(self, run_config: Any) -> Any:

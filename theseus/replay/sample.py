@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import jax
+
 from theseus.replay.restore import checkpoint_for, restored_trainer
 from theseus.store import Node, Store
 from theseus.train.generate import Sample
@@ -23,6 +25,8 @@ __all__ = ["checkpoint_for", "restored_trainer", "sample"]
 
 #: new tokens of a sample when none are asked for (fewer when the model's block size is shorter)
 DEFAULT_NEW_TOKENS = 64
+#: the most samples of one call: they are decoded as one batch, each row holding the whole vocabulary's logits
+MAX_SAMPLES = 1024
 
 
 def sample(store: Store | str, target: str | Node, prompt: str, n: int = 1, *, max_new_tokens: int | None = None,
@@ -31,7 +35,9 @@ def sample(store: Store | str, target: str | Node, prompt: str, n: int = 1, *, m
     """``n`` samples continuing ``prompt`` from the checkpoint of ``target`` (node id or nonce) and that node.
 
     ``max_new_tokens`` None: `DEFAULT_NEW_TOKENS`, or as many as the model's block size leaves
-    after the prompt. Sample i draws with the keys of (``seed``, i).
+    after the prompt. Sample i draws with the keys of (``seed``, i). ``n`` is at most `MAX_SAMPLES`;
+    a batch too large for the device's memory all the same is a MemoryError naming ``n`` and
+    ``max_new_tokens``.
 
     >>> import tempfile
     >>> sample(tempfile.mkdtemp(), "abc123", "")
@@ -41,8 +47,9 @@ def sample(store: Store | str, target: str | Node, prompt: str, n: int = 1, *, m
     """
     if not isinstance(prompt, str) or not prompt:
         raise ValueError("the prompt is empty: give some text to continue")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"the number of samples must be a positive integer, got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SAMPLES:
+        raise ValueError(f"the number of samples must be an integer in 1..{MAX_SAMPLES} (they are decoded as one "
+                         f"batch), got {n!r}")
     store = store if isinstance(store, Store) else Store(store)
     node, _ = checkpoint_for(store, target)
     trainer = restored_trainer(store, node, log=log)
@@ -52,6 +59,11 @@ def sample(store: Store | str, target: str | Node, prompt: str, n: int = 1, *, m
             max_new_tokens = min(DEFAULT_NEW_TOKENS, room) if room > 0 else DEFAULT_NEW_TOKENS  # none left: its error
         samples = trainer.generate([prompt] * n, max_new_tokens=max_new_tokens, temperature=temperature,
                                    top_k=top_k, top_p=top_p, seed=seed, stop=stop)
+    except jax.errors.JaxRuntimeError as e:
+        if "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        raise MemoryError(f"out of memory decoding {n} samples of {max_new_tokens} new tokens as one batch: ask "
+                          "for fewer samples (n) or new tokens (max_new_tokens)") from None
     finally:
         trainer.close()
     return node, samples

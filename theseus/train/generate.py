@@ -20,8 +20,11 @@ model, parameters and tokenizer (`tokenizer_of` its config's ``tokenizer`` secti
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from theseus.data.tokenizer import get_tokenizer
 from theseus.model.decode import Sampler, generate_tokens
@@ -30,6 +33,8 @@ __all__ = ["Sample", "generate", "tokenizer_of"]
 
 #: why a sample ended: its end-of-text token, a stop string, or max_new_tokens
 STOPS = ("eot", "stop", "length")
+#: the largest seed: JAX's keys hold 32 bits of it
+MAX_SEED = 2**32 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +101,15 @@ def _stops(stop: str | Sequence[str] | None) -> list[str]:
     return stops
 
 
+def _check_draws(temperature: Any, seed: Any) -> None:
+    """Bad sampling settings the `Sampler` lets through: an infinite temperature (its draws are NaN) and a seed
+    outside JAX's 32-bit keys (larger ones wrap around to a smaller seed's text, or overflow)."""
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and math.isinf(temperature):
+        raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed must be an integer in 0..{MAX_SEED} (a JAX key holds 32 bits), got {seed!r}")
+
+
 def _finish(prompt: str, ids: list[int], stopped: bool, tokenizer: Any, stops: list[str]) -> Sample:
     """The sample of one row: drop its end-of-text token, cut at the first stop string."""
     if stopped:
@@ -119,7 +133,8 @@ def generate(model: Any, params: Any, tokenizer: Any, prompts: str | Sequence[st
     sample ends at the tokenizer's end-of-text token, after ``max_new_tokens``, or at the
     first of the ``stop`` strings (the text is cut before it). Tokens the tokenizer cannot
     decode (a vocabulary padded past it) are never drawn. ``cache=False`` recomputes the
-    full forward pass per token instead of using the key/value cache.
+    full forward pass per token instead of using the key/value cache. ``seed`` is in
+    0..`MAX_SEED`; ``temperature`` is finite.
 
     >>> import jax, jax.numpy as jnp
     >>> from theseus.data.tokenizer import get_tokenizer
@@ -134,9 +149,14 @@ def generate(model: Any, params: Any, tokenizer: Any, prompts: str | Sequence[st
     Traceback (most recent call last):
     ...
     ValueError: prompt 0 is empty: generation needs some text to continue
+    >>> generate(model, params, get_tokenizer(), "7", seed=2**32)
+    Traceback (most recent call last):
+    ...
+    ValueError: seed must be an integer in 0..4294967295 (a JAX key holds 32 bits), got 4294967296
     """
     texts = _prompts(prompts)
     stops = _stops(stop)
+    _check_draws(temperature, seed)
     sampler = Sampler(temperature=temperature, top_k=top_k, top_p=top_p)
     vocab_size = int(model.config.vocab_size) if hasattr(model, "config") else None
     eot = int(tokenizer.eot)
