@@ -76,6 +76,9 @@ def test_readers_of_one_run_by_nonce_refuse_it_naming_both_and_listings_keep_bot
     assert runs["train/loss"].to_list() == [0.5, 1.0]
     listed = runner.invoke(app, ["ls", root, "--json"])
     assert listed.exit_code == 0 and listed.output.count(NONCE) == 2
+    with store.writer() as w:  # a run with records goes on by its nodes, whoever else shares its nonce
+        w.write(Node(A, NONCE, 2, Node(A, NONCE, 1).id), {"train/loss": 0.25})
+    assert store.find().name(A).nonce(NONCE).last().seq == 2
 
 
 @pytest.mark.slow

@@ -15,7 +15,8 @@ lineage): then the nonce must be unused. A node built from a name and a nonce
 nonce already (it is continued), but no other name may. The writer
 
 1. refuses (:class:`NonceTaken`, nothing written) when the nonce is held by another
-   name, or at all for a fresh lineage; a named lineage its own name holds goes on;
+   name, or at all for a fresh lineage; a named lineage its own name holds goes on (one
+   with records even where another name shares the nonce: its nodes name it);
 2. publishes its claim (an empty file: visible whole, never rewritten);
 3. reads the claims again: another writer's claim of a fresh nonce, or another name's
    claim, makes it remove its own and refuse.
@@ -103,6 +104,8 @@ def begin(index: Index, writer: str, name: str, nonce: str, fresh: bool | None =
 
 def _begin(index: Index, writer: str, name: str, nonce: str, fresh: bool) -> None:
     held = holders(index, nonce)
+    if not fresh and held.get(name) == "log":  # a run with records goes on, even where another shares its nonce
+        return
     others = sorted(n for n in held if n != name)
     if others or (fresh and held):
         raise NonceTaken(_taken(index, name, nonce, others or [name], fresh))
