@@ -36,7 +36,7 @@ def test_show_node_and_run(tmp_path):
     assert "train/loss" in result.output and "5" in result.output
     result = runner.invoke(app, ["show", str(tmp_path), first.nonce], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    assert "_status" in result.output and "finished" in result.output
+    assert "status" in result.output and "finished" in result.output
     bad = runner.invoke(app, ["show", str(tmp_path), "not-an-id!"])
     assert bad.exit_code != 0 and "malformed node id" in bad.output
 

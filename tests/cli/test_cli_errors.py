@@ -46,9 +46,13 @@ def test_a_corrupt_segment(tmp_path):
     bad = (tmp_path / "log" / f"name={first.name}" / f"nonce={first.nonce}"
            / "s-9999999999999999999-bad00000-000000.parquet")
     bad.write_bytes(b"PAR1 not parquet PAR1")
-    for command in (["ls"], ["show", first.nonce], ["compact"], ["gc"]):
+    for command in (["show", first.nonce], ["compact"], ["gc"]):
         code, out = invoke(command, tmp_path)
         assert code == 2 and out.startswith("error: ") and bad.name in out, (command, out)
+    # the listing costs the bad run only: the others are listed and the bad one is named with its file
+    code, out = invoke(["ls"], tmp_path)
+    assert code == 0 and "cli.errors.run1" in out and "cli.errors.run2" in out, out
+    assert f"warning: run {first.name}:{first.nonce} left out" in out and bad.name in out, out
     code, out = invoke(["audit"], tmp_path)
     assert code == 1 and "unreadable-segment" in out and bad.name in out  # a finding, not a crash
 

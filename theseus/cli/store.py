@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+import warnings
 
 import typer
 from rich.console import Console
@@ -16,6 +17,7 @@ from theseus.cli.errors import fail, reported
 from theseus.store import EmptyResult, Node, Store
 from theseus.store.fold import WRITTEN
 from theseus.store.status import without_inspections
+from theseus.store.summary import UnreadableRun
 from theseus.store.view import list_views
 
 
@@ -52,11 +54,22 @@ def ls(
     store = Store(root)
     keys = [k for k in runs_view.logged_keys(picked) if k not in runs_view.DEFAULT + runs_view.WIDE]
 
+    left_out: dict[str, None] = {}  # a run an unreadable file keeps out is named once, below the table
+
     def listed():
-        return store.runs() if every else without_inspections(store.runs())
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UnreadableRun)
+            runs = store.runs()
+        left_out.update((str(w.message), None) for w in caught if issubclass(w.category, UnreadableRun))
+        return runs if every else without_inspections(runs)
+
+    def name_left_out() -> None:
+        for message in left_out:
+            typer.echo(f"warning: {message}", err=True)
 
     if as_json:
         typer.echo(json.dumps(runs_view.runs_json(runs_view.with_keys(store, listed(), keys), keys), indent=2))
+        name_left_out()
         return
     # --wide: lines as long as the table (the terminal wraps them) rather than cut columns
     console = Console(width=100_000) if wide else Console()
@@ -67,6 +80,7 @@ def ls(
 
     if not watch:
         console.print(render())
+        name_left_out()
         return
     try:
         with Live(render(), console=console, auto_refresh=False) as live:
