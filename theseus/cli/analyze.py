@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from theseus import logs
-from theseus.cli.errors import BAD_INPUT, fail
+from theseus.cli.errors import ROOT_ERRORS, fail, message
 from theseus.store import EmptyResult
 
 
@@ -65,8 +65,10 @@ def analyze(
             fail(str(e), 2)
     try:
         result = run_analysis(root, node_id, analysis, layer=layer, head=head, sample=sample)
-    except (*BAD_INPUT, EmptyResult) as e:
+    except EmptyResult as e:
         fail(str(e), 2)
+    except ROOT_ERRORS as e:  # a damaged or unreadable checkpoint too: one line naming the file and the node
+        fail(message(e), 2)
     scalars = {f"analysis/{analysis}/{key}": float(value) for key, value in result.scalars.items()}
     if out is not None:
         try:

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from theseus import logs
-from theseus.cli.errors import fail
+from theseus.cli.errors import ROOT_ERRORS, fail, message
 
 
 def verify(
@@ -52,8 +52,10 @@ def verify(
     logs.setup(log_level)
     try:
         result = run_verify(root, node_id, steps, rtol=rtol, atol=atol)
-    except (ValueError, EmptyResult, FileNotFoundError) as e:
+    except EmptyResult as e:
         fail(str(e), 2)
+    except ROOT_ERRORS as e:  # a damaged or unreadable checkpoint too: one line naming the file and the node
+        fail(message(e), 2)
     verdict = result.verdict
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))

@@ -17,14 +17,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import fsspec
 from loguru import logger
 from omegaconf import OmegaConf
 
 from theseus.jobs import get_job
-from theseus.replay.verify import checkpoint_of
+from theseus.replay.verify import checkpoint_config, checkpoint_of, step_of
 from theseus.store import EmptyResult, Node, Store, trust
-from theseus.store.layout import CONFIG_FILE
 from theseus.store.schema import JOB, JOB_SOURCE
 from theseus.train.recipe import Recipe
 from theseus.train.trainer import Trainer
@@ -76,13 +74,16 @@ def restored_trainer(store: Store | str, target: str | Node, log: Any = None) ->
     recipe = get_job(run[JOB], run.get(JOB_SOURCE)) if run.get(JOB) else None
     if recipe is not None and not issubclass(recipe, Recipe):
         raise ValueError(f"node {node.id} is of a {run[JOB]} run, not a training job: it has no model to restore")
-    with fsspec.open(f"{folder}/{CONFIG_FILE}", "r") as f:
-        config = f.read()
+    config = checkpoint_config(node, folder)
     trust.plain_config(config, f"node {node.id} ({node.name}:{node.nonce}:{node.seq})")  # no tags, no resolvers
     config = OmegaConf.create(config)
     if OmegaConf.select(config, "training.per_device_batch_size") == -1:
         config.training.per_device_batch_size = 1  # sampling runs no train step: nothing to probe a size for
     # peak_flops NaN: no CPU peak is measured (or cached into the root) to sample
     trainer = Trainer(config, store.root, recipe=recipe, log=log or logger, peak_flops=float("nan"), progress=False)
-    trainer.restore(folder, partial=False)
+    try:  # the folder checked as it is read, and checked to be this node's own (not a swapped one)
+        trainer.restore(folder, partial=False, node=node, step=step_of(store, node))
+    except BaseException:
+        trainer.close()
+        raise
     return trainer

@@ -19,7 +19,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import fsspec
 import jax
 from loguru import logger
 
@@ -28,6 +27,8 @@ from theseus.store import EmptyResult, Node, Store, trust
 from theseus.store import fs as rootfs
 from theseus.store.layout import CONFIG_FILE
 from theseus.store.schema import CHECKPOINT, CONFIG, JOB, JOB_SOURCE
+from theseus.train import manifest as mf
+from theseus.train.jobs import recorded_step
 from theseus.train.trainer import Trainer
 
 LOSS = "train/loss"
@@ -166,6 +167,44 @@ def checkpoint_of(store: Store, node: str | Node) -> tuple[Node, str]:
     return node, rootfs.url(store.fs, folder)
 
 
+def label(node: Node) -> str:
+    """How errors name a node: ``node <id> (<name>:<nonce>:<seq>)``.
+
+    >>> label(Node("general.default.a", "abc123", 3))
+    'node Z2VuZXJhbC5kZWZhdWx0LmE6YWJjMTIzOjM (general.default.a:abc123:3)'
+    """
+    return f"node {node.id} ({node.name}:{node.nonce}:{node.seq})"
+
+
+def checkpoint_config(node: Node, folder: str) -> str:
+    """The ``config.yaml`` of ``node``'s checkpoint folder, read once and checked against its MANIFEST; a missing,
+    corrupt or not regular file (a FIFO would block the read) is an error naming the file and the node.
+
+    >>> import tempfile
+    >>> checkpoint_config(Node("general.default.a", "abc123", 3), tempfile.mkdtemp())
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: checkpoint of node ...:abc123:3): incomplete checkpoint: no MANIFEST.json in ...
+    """
+    try:
+        return mf.Sealed(folder).read(CONFIG_FILE).decode()
+    except (FileNotFoundError, ValueError) as e:  # DamagedFolder is a ValueError
+        raise type(e)(f"checkpoint of {label(node)}: {e}") from None
+
+
+def step_of(store: Store, node: Node) -> int | None:
+    """The step ``node`` recorded (``train/step``): the step its checkpoint must hold; None when it has none.
+
+    >>> import tempfile
+    >>> store = Store(tempfile.mkdtemp()); n = Node.start("doc")
+    >>> with store.writer() as w:
+    ...     w.write(n, {"train/step": 4})
+    >>> step_of(store, n)
+    4
+    """
+    return recorded_step(store.record(node))
+
+
 def logged_losses(store: Store, node: Node) -> dict[int, float]:
     """``{seq: train/loss}`` of the node's lineage after ``node`` (seq > node.seq).
 
@@ -222,12 +261,11 @@ def verify(store: Store | str, node: str | Node, steps: int, rtol: float = 1e-5,
     # peak_flops NaN: no CPU peak is measured (or cached into the root) for a replay
     config = _config_after(store, node)
     if config is None:
-        with fsspec.open(f"{folder}/{CONFIG_FILE}", "r") as f:
-            config = f.read()
+        config = checkpoint_config(node, folder)
     trust.plain_config(config, f"node {node.id} ({node.name}:{node.nonce}:{node.seq})")  # no tags, no resolvers
     trainer = Trainer(config, store.root, recipe=recipe, log=log or logger, peak_flops=float("nan"), progress=False)
     try:
-        trainer.restore(folder, partial=False)
+        trainer.restore(folder, partial=False, node=node, step=step_of(store, node))
         start = trainer.step
         if start + steps > trainer.total_steps:
             raise ValueError(f"cannot replay {steps} steps from step {start}: the run ends at step "

@@ -23,7 +23,9 @@ onto 1 device or onto a tensor-parallel mesh.
 Chunks are stored uncompressed (zarr3 ``bytes`` codec, little endian), so a
 chunk file holds exactly the shard's bytes in C order; the manifest's checksums
 of chunk files are computed from the host copy of each shard while TensorStore
-writes it, and ``restore(verify=True)`` re-hashes the files themselves.
+writes it, and :func:`restore` checks the bytes it reads the same way: a slice that is
+one whole chunk is hashed in memory, a chunk read only in part (another mesh) is hashed
+from its file, the small JSON files as they are read.
 
 GCS: arrays go through TensorStore's ``gcs`` driver (set ``TENSORSTORE_GCS_HTTP_URL``
 before the first GCS access to use an emulator); JSON files through fsspec/gcsfs.
@@ -33,11 +35,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
+import math
 import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -46,7 +51,7 @@ import tensorstore as ts
 from jax.experimental import multihost_utils
 
 from theseus.store import fs as rootfs
-from theseus.store.layout import ANALYSIS, MANIFEST
+from theseus.store.layout import ANALYSIS, JOB_FILE, MANIFEST
 from theseus.train import manifest as mf
 from theseus.train.sharding import key_path_names
 
@@ -446,12 +451,41 @@ def read_index(folder: str) -> dict:
     """
     where = rootfs.join(folder.rstrip("/"), CHECKPOINT, INDEX)
     try:
-        index = json.loads(rootfs.read_bytes(where))
+        raw = rootfs.read_bytes(where)
     except FileNotFoundError:
         raise FileNotFoundError(f"not a checkpoint: no {where}") from None
-    if index.get("format") != FORMAT:
-        raise ValueError(f"{where}: unknown checkpoint format {index.get('format')!r}")
+    return _parse_index(raw, where)
+
+
+def _parse_index(raw: bytes, where: str) -> dict:
+    """The index in ``raw`` (read from ``where``); ValueError naming ``where`` for another format."""
+    try:
+        index = json.loads(raw)
+    except ValueError as e:
+        raise ValueError(f"{where} is not JSON: {e}") from None
+    found = index.get("format") if isinstance(index, dict) else None
+    if found != FORMAT:
+        raise ValueError(f"{where}: unknown checkpoint format {found!r}")
     return index
+
+
+def saved_for(sealed: mf.Sealed, verify: bool = True) -> str | None:
+    """The id of the node a checkpoint folder was saved for, as its ``job.json`` names it (checked against the
+    manifest with ``verify``); None when the folder has no ``job.json`` or it names no node.
+
+    >>> import tempfile, jax.numpy as jnp
+    >>> folder = tempfile.mkdtemp() + "/ckpt"; save(folder, {"w": jnp.zeros(1)}, {"job.json": '{"node": "abc"}'})
+    >>> saved_for(mf.Sealed(folder))
+    'abc'
+    """
+    if JOB_FILE not in sealed.listed:
+        return None
+    try:
+        body = json.loads(sealed.read(JOB_FILE, check=verify))
+    except ValueError as e:
+        raise mf.DamagedFolder(f"{sealed.where(JOB_FILE)} is not JSON: {e}") from None
+    node = body.get("node") if isinstance(body, dict) else None
+    return node if isinstance(node, str) and node else None
 
 
 @dataclasses.dataclass
@@ -520,7 +554,8 @@ def restore(
     target: Any,
     *,
     partial: bool = False,
-    verify: bool = False,
+    verify: bool = True,
+    sealed: mf.Sealed | None = None,
 ) -> tuple[Any, RestoreReport]:
     """Read the checkpoint in ``folder`` into the structure and shardings of ``target``.
 
@@ -530,11 +565,13 @@ def restore(
     device on a single process) or a ``Sharding`` (shape and dtype from the
     checkpoint). Each process reads only the slices its devices hold.
 
-    ``verify=True`` checks every file against MANIFEST.json first (ValueError
-    naming the file; every process checks every file). ``partial=False``: any
-    difference in leaves, shapes or dtypes is a ValueError naming the leaves.
-    ``partial=True``: restore what matches, keep the target's value elsewhere.
-    Returns ``(state, report)``.
+    Every file MANIFEST.json lists must be present, a regular file (never a link or a
+    FIFO) and of its listed size; ``verify`` (the default) also checks the sha256 of
+    every file read, from the bytes read (`theseus.train.manifest.DamagedFolder` naming
+    the file); ``verify=False`` skips the hashes only. ``sealed``: the folder already
+    opened by the caller (one listing). ``partial=False``: any difference in leaves,
+    shapes or dtypes is a ValueError naming the leaves. ``partial=True``: restore what
+    matches, keep the target's value elsewhere. Returns ``(state, report)``.
     Raises FileNotFoundError("incomplete checkpoint: no MANIFEST.json in ...")
     for an interrupted save.
 
@@ -542,15 +579,16 @@ def restore(
     >>> folder = tempfile.mkdtemp() + "/ckpt"
     >>> save(folder, {"w": jnp.arange(4.0), "step": jnp.int32(7)})
     >>> abstract = {"w": jax.ShapeDtypeStruct((4,), jnp.float32), "step": jax.ShapeDtypeStruct((), jnp.int32)}
-    >>> state, report = restore(folder, abstract, verify=True)
+    >>> state, report = restore(folder, abstract)
     >>> int(state["step"]), report.exact
     (7, True)
     """
     folder = folder.rstrip("/")
-    listed = mf.read_manifest(folder)
-    if verify:
-        mf.verify(folder, listed)
-    entries = {e["path"]: e for e in read_index(folder)["leaves"]}
+    sealed = mf.Sealed(folder) if sealed is None else sealed
+    for rel in sorted(sealed.listed):  # present, regular, of its size: TensorStore reads no FIFO, no link, and
+        sealed.entry(rel)  # no missing chunk (which it would read as zeros)
+    index = _parse_index(sealed.read(f"{CHECKPOINT}/{INDEX}", check=verify), sealed.where(f"{CHECKPOINT}/{INDEX}"))
+    entries = {e["path"]: e for e in index["leaves"]}
     flat, treedef = _flatten(target)
 
     report = RestoreReport()
@@ -587,19 +625,37 @@ def restore(
             "(partial=True restores what matches)"
         )
 
-    arrays = _read_arrays(folder, wanted)
+    chunks = {name: tuple(max(int(c), 1) for c in entries[name].get("chunk_shape", wanted[name][0]))
+              for name in wanted}
+    arrays = _read_arrays(sealed, wanted, chunks, verify)
     out = [arrays.get(name, value) for (name, _, _), value in zip(flat, values, strict=True)]
     return jax.tree_util.tree_unflatten(treedef, out), report
 
 
-def _read_arrays(folder: str, wanted: dict[str, tuple[tuple, np.dtype, Any]]) -> dict[str, jax.Array]:
-    """Read each leaf's addressable slices (each distinct slice once) and assemble global arrays."""
+def _covered(bounds: tuple, chunk: tuple[int, ...]) -> tuple[list[tuple[int, ...]], bool]:
+    """(start of every chunk the slice ``bounds`` touches, whether the slice is exactly one whole chunk)."""
+    ranges = [range(a // c, -(-b // c)) for (a, b), c in zip(bounds, chunk, strict=True)]
+    starts = [tuple(i * c for i, c in zip(coords, chunk, strict=True)) for coords in itertools.product(*ranges)]
+    whole = len(starts) == 1 and all(a % c == 0 and b - a == c for (a, b), c in zip(bounds, chunk, strict=True))
+    return starts, whole
+
+
+def _read_arrays(sealed: mf.Sealed, wanted: dict[str, tuple[tuple, np.dtype, Any]],
+                 chunks: dict[str, tuple[int, ...]], verify: bool) -> dict[str, jax.Array]:
+    """Read each leaf's addressable slices (each distinct slice once) and assemble global arrays; with ``verify``,
+    check every chunk read against the manifest (in memory when a slice is one whole chunk, else its file)."""
+    folder = sealed.folder
+    if verify:  # the arrays' metadata, which TensorStore reads when it opens them
+        for name in wanted:
+            sealed.hash_file(f"{CHECKPOINT}/{name}/zarr.json")
     context = ts.Context()
     opening = {
         name: ts.open({"driver": "zarr3", "kvstore": _kvstore(folder, name)}, open=True, read=True, context=context)
         for name in wanted
     }
     reads: dict[str, dict[tuple, Any]] = {}
+    in_memory: list[tuple[str, tuple, str]] = []  # (leaf, slice, chunk file) hashed from the bytes read
+    from_file: set[str] = set()  # chunk files a slice reads only in part
     for name, (shape, dtype, sharding) in wanted.items():
         store = opening[name].result()
         if tuple(store.shape) != shape or store.dtype.numpy_dtype != dtype:
@@ -610,13 +666,41 @@ def _read_arrays(folder: str, wanted: dict[str, tuple[tuple, np.dtype, Any]]) ->
         reads[name] = {}
         for index in sharding.addressable_devices_indices_map(shape).values():
             bounds = _bounds(index, shape)
-            if bounds not in reads[name]:
-                reads[name][bounds] = store[tuple(slice(a, b) for a, b in bounds)].read()
+            if bounds in reads[name]:
+                continue
+            if math.prod(b - a for a, b in bounds):  # an empty slice reads no chunk
+                starts, whole = _covered(bounds, chunks[name])
+                files = [_chunk_file(name, start, chunks[name]) for start in starts]
+                if whole:
+                    in_memory.append((name, bounds, files[0]))
+                else:
+                    from_file.update(files)
+            reads[name][bounds] = store[tuple(slice(a, b) for a, b in bounds)].read()
 
+    pieces = {name: {bounds: future.result() for bounds, future in slices.items()} for name, slices in reads.items()}
+    if verify:
+        _check_chunks(sealed, [(rel, pieces[name][bounds]) for name, bounds, rel in in_memory],
+                      sorted(from_file - {rel for _, _, rel in in_memory}))
     arrays = {}
     for name, (shape, _, sharding) in wanted.items():
-        pieces = {bounds: future.result() for bounds, future in reads[name].items()}
         arrays[name] = jax.make_array_from_callback(
-            shape, sharding, lambda index, p=pieces, s=shape: p[_bounds(index, s)]
+            shape, sharding, lambda index, p=pieces[name], s=shape: p[_bounds(index, s)]
         )
     return arrays
+
+
+def _check_chunks(sealed: mf.Sealed, read: list[tuple[str, np.ndarray]], files: list[str],
+                  threads: int = 8) -> None:
+    """Check chunks against the manifest: those ``read`` whole from their bytes in memory, ``files`` from disk."""
+    if sys.byteorder != "little":
+        raise NotImplementedError("checkpoint checksums assume a little-endian host")
+
+    def check(job: tuple[str, np.ndarray | None]) -> None:
+        rel, data = job
+        if data is None:
+            sealed.hash_file(rel)
+        else:
+            sealed.check_bytes(rel, np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+
+    with ThreadPoolExecutor(threads) as pool:  # hashlib releases the GIL on large buffers
+        list(pool.map(check, [*read, *((rel, None) for rel in files)]))

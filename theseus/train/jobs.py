@@ -31,6 +31,18 @@ from theseus.train.inspection import Inspection
 from theseus.train.recipe import Recipe
 
 
+def recorded_step(record: dict[str, Any]) -> int | None:
+    """The ``train/step`` a node's record holds (the step its checkpoint must hold), None when it has none.
+
+    >>> recorded_step({"train/step": 8.0}), recorded_step({"train/loss": 2.5})
+    (8, None)
+    """
+    value = record.get("train/step")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return None
+    return int(value)
+
+
 @job("gpt/train/pretrain", "Pretrain a GPT on a tokenized dataset; every step a node, checkpoints in objects/.")
 class Pretrain(Recipe, Job):
     """Train the recipe's model on its data (the seed's: a GPT on ``<root>/data/<data.dataset>``); the node at
@@ -55,9 +67,10 @@ class Pretrain(Recipe, Job):
         """Validate, build the trainer (autobatch when asked) and initialise or restore its state."""
         from theseus.train.trainer import Trainer  # with TensorStore, loaded only when a training job is set up
 
-        checkpoint = None
+        checkpoint = step = None
         if self.base is not None:
-            checkpoint = self.store.record(self.base).get("_checkpoint")
+            record = self.store.record(self.base)
+            checkpoint, step = record.get("_checkpoint"), recorded_step(record)
             if not checkpoint:
                 raise ValueError(
                     f"node {self.base.id} (seq {self.base.seq} of {self.base.name}:{self.base.nonce}) has no "
@@ -91,7 +104,8 @@ class Pretrain(Recipe, Job):
             self.trainer.init()
             self._offset = 0
         else:
-            self.trainer.restore(rootfs.url(self.store.fs, checkpoint), verify=self.verify)
+            # the folder must be the base node's own (its job.json, its step): never a swapped one
+            self.trainer.restore(rootfs.url(self.store.fs, checkpoint), verify=self.verify, node=self.base, step=step)
             # same lineage: seq == step; a branch starts its own seq 0 at the base's step
             self._offset = self.trainer.step if self.node.nonce != self.base.nonce else 0
 

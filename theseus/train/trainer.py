@@ -53,10 +53,11 @@ from theseus.data.passes import one_pass
 from theseus.model.debug import DebugResult, capture, find_modules, normalize_path
 from theseus.model.gpt import count_params
 from theseus.model.layers.mlp import MLP
-from theseus.store import fs as rootfs
 from theseus.store.layout import CONFIG_FILE, RNG_FILE
+from theseus.store.node import Node
 from theseus.train import autobatch, mfu
 from theseus.train import checkpoint as ckpt
+from theseus.train import manifest as mf
 from theseus.train.checkpointing import Checkpoints
 from theseus.train.compile_cache import enable_compilation_cache
 from theseus.train.config import load_config, to_yaml
@@ -377,7 +378,8 @@ class Trainer:
             self.init()
         return self.state
 
-    def restore(self, folder: str, partial: bool = True, verify: bool = False) -> dict:
+    def restore(self, folder: str, partial: bool = True, verify: bool = True, node: Any = None,
+                step: int | None = None) -> dict:
         """Load the checkpoint in ``folder`` onto this trainer's mesh; its ``rng.json`` becomes the base key.
 
         Each device reads only its slices, so a checkpoint from another topology
@@ -385,6 +387,12 @@ class Trainer:
         another shape keep a fresh initialisation (reported in the log);
         ``partial=False`` makes any difference an error. Returns the state; the
         step counter continues from the checkpoint's ``step``.
+
+        Every file read is checked against the folder's MANIFEST.json as it is read
+        (`theseus.train.checkpoint.restore`; ``verify=False`` skips the sha256 only).
+        ``node`` (a `theseus.store.Node`): the node whose checkpoint this is; the folder's
+        ``job.json`` must name it, the errors name it. ``step``: the step that node
+        recorded; the restored state must hold it (a folder of another node otherwise).
 
         >>> import tempfile
         >>> root, config = tiny_example()
@@ -394,31 +402,55 @@ class Trainer:
         >>> other = Trainer(config, root, peak_flops=1e12, progress=False)
         >>> _ = other.restore(folder); other.step
         1
+        >>> other.restore(folder, step=2)
+        Traceback (most recent call last):
+        ...
+        theseus.train.manifest.DamagedFolder: checkpoint .../ckpt holds step 1, not step 2: it is another node's
         """
         folder = folder.rstrip("/")
+        label = f"node {node.id} ({node.name}:{node.nonce}:{node.seq})" if node is not None else None
         try:
-            rng_text = rootfs.read_bytes(f"{folder}/{RNG_FILE}").decode()
+            state, report = self._restore_checked(folder, partial, verify, node, step)
+        except (FileNotFoundError, ValueError) as e:  # DamagedFolder is a ValueError
+            if label is None or str(e).startswith("checkpoint of node "):
+                raise
+            raise type(e)(f"checkpoint of {label}: {e}") from None
+        self.state = state
+        self._set_step(int(jax.device_get(state["step"])))
+        level = self.log.info if report.exact else self.log.warning
+        level(f"RESTORE | step {self.step} from {folder} | {report}")
+        return state
+
+    def _restore_checked(self, folder: str, partial: bool, verify: bool, node: Any,
+                         step: int | None) -> tuple[dict, ckpt.RestoreReport]:
+        """`restore`'s reads: the folder's files checked, its owner and step compared; the state is not set."""
+        sealed = mf.Sealed(folder)
+        owner = ckpt.saved_for(sealed, verify)
+        if node is not None and owner is not None and owner != node.id:
+            raise mf.DamagedFolder(f"{folder} holds the checkpoint of node {owner} ({_label(owner)}), not of "
+                                   f"node {node.id}: not restored")
+        if RNG_FILE in sealed.listed:
+            rng_text = sealed.read(RNG_FILE, check=verify).decode()
             self.base_key = key_from_json(rng_text)
             self.seed = json.loads(rng_text).get("seed", self.seed)
-        except FileNotFoundError:
-            if not partial:
-                raise FileNotFoundError(f"{folder} has no {RNG_FILE}") from None
+        elif not partial:
+            raise FileNotFoundError(f"{folder} has no {RNG_FILE}")
+        else:
             self.log.warning(f"RESTORE | {folder} has no {RNG_FILE}; keeping base key of seed {self.seed}")
         index = {e["path"]: (tuple(e["shape"]), e["dtype"]) for e in ckpt.read_index(folder)["leaves"]}
         wanted = {name: (tuple(leaf.shape), np.dtype(leaf.dtype).name)
                   for name, leaf in zip(ckpt.leaf_paths(self.abstract_state),
                                         jax.tree.leaves(self.abstract_state), strict=True)}
         if index == wanted or not partial:
-            state, report = ckpt.restore(folder, self.abstract_state, partial=False, verify=verify)
+            state, report = ckpt.restore(folder, self.abstract_state, partial=False, verify=verify, sealed=sealed)
         else:
             self.state = None
             target = self.init()
-            state, report = ckpt.restore(folder, target, partial=True, verify=verify)
-        self.state = state
-        self._set_step(int(jax.device_get(state["step"])))
-        level = self.log.info if report.exact else self.log.warning
-        level(f"RESTORE | step {self.step} from {folder} | {report}")
-        return state
+            state, report = ckpt.restore(folder, target, partial=True, verify=verify, sealed=sealed)
+        saved = int(jax.device_get(state["step"]))
+        if step is not None and saved != step:
+            raise mf.DamagedFolder(f"checkpoint {folder} holds step {saved}, not step {step}: it is another node's")
+        return state, report
 
     # ------------------------------------------------------------------ batches
 
@@ -879,3 +911,13 @@ class Trainer:
         return (f"Trainer(step={self.step}/{self.total_steps}, data={self.sources}, "
                 f"batch={self.batch_size}x{self.block_size}, per_device={self.per_device_batch_size}, "
                 f"mesh={dict(self.mesh.shape)})")
+
+
+def _label(node_id: str) -> str:
+    """``name:nonce:seq`` of a node id, or what is wrong with it."""
+    try:
+        node = Node.from_id(node_id)
+    except ValueError:
+        return "not a node id"
+    return f"{node.name}:{node.nonce}:{node.seq}"
+
