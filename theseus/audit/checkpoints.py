@@ -1,8 +1,10 @@
 """Every committed checkpoint against its MANIFEST.json: files present, sizes, and sha256 of every byte.
 
 One thread pool for all files of all checkpoints (object stores are latency-bound);
-each file is read once, and ``config.yaml`` and ``checkpoint/index.json`` are parsed
-from the bytes hashed.
+each file is read once, and ``config.yaml``, ``checkpoint/index.json`` and ``job.json``
+are parsed from the bytes hashed. ``job.json`` names the node a folder was saved for: a
+folder that another node's record references (swapped or copied folders) is a problem
+naming both nodes.
 
 >>> import tempfile
 >>> from theseus.audit.reading import open_root
@@ -21,9 +23,10 @@ from theseus.audit.reading import INDEX, file_digest, first_line, list_files, pa
 from theseus.audit.report import ERROR, WARNING, CheckpointAudit, Problem
 from theseus.store import fs as rootfs
 from theseus.store import trust
-from theseus.store.layout import ANALYSIS, CONFIG_FILE, OBJECTS
+from theseus.store.layout import ANALYSIS, CONFIG_FILE, JOB_FILE, OBJECTS
 from theseus.store.manifest import MANIFEST, FileEntry
 from theseus.store.manifest import parse as parse_manifest
+from theseus.store.node import Node
 
 
 def folder_of(path: str) -> str:
@@ -59,10 +62,10 @@ def check_checkpoints(fs, base, wanted, verify, threads, problems) -> dict[str, 
         tasks = []  # (checkpoint index, entry)
         for i, (listed, present, _) in enumerate(opened):
             for rel, entry in (listed or {}).items():
-                if rel in present and present[rel] == entry.size and (verify or rel in (CONFIG_FILE, INDEX)):
+                if rel in present and present[rel] == entry.size and (verify or rel in _PARSED):
                     tasks.append((i, rel))
         digests = list(pool.map(lambda t: file_digest(fs, f"{base}/{wanted[t[0]]['value']}/{t[1]}",
-                                                  t[1] in (CONFIG_FILE, INDEX)),
+                                                  t[1] in _PARSED),
                                 tasks))
     results: list[dict[str, Any]] = [{} for _ in wanted]
     for (i, rel), digest in zip(tasks, digests, strict=True):
@@ -79,6 +82,9 @@ def check_checkpoints(fs, base, wanted, verify, threads, problems) -> dict[str, 
             out[node] = _judge(node, seq, path, listed, present, hashed, verify, found, parsed)
         problems += found
     return out
+
+
+_PARSED = (CONFIG_FILE, INDEX, JOB_FILE)  # files read for their content as well as hashed
 
 
 def _open_checkpoint(fs, base: str, path: str) -> tuple[dict[str, FileEntry] | None, dict[str, int], Problem | None]:
@@ -127,7 +133,7 @@ def _judge(node, seq, path, listed, present, hashed, verify, found, cache) -> Ch
         found.append(Problem(kind, f"{path}/{rel}", message))
 
     parsed = {}
-    for rel, parse in ((INDEX, json.loads), (CONFIG_FILE, parse_config)):
+    for rel, parse in ((INDEX, json.loads), (CONFIG_FILE, parse_config), (JOB_FILE, json.loads)):
         result = hashed.get(rel)
         if isinstance(result, tuple) and result[2] is not None:
             try:
@@ -182,8 +188,36 @@ def _judge(node, seq, path, listed, present, hashed, verify, found, cache) -> Ch
             bad("corrupt-file", rel, f"{where}: read {size} bytes, {entry.size} in {MANIFEST}")
         elif verify and digest != entry.sha256:
             bad("corrupt-file", rel, f"{where}: sha256 {digest[:16]}... != {entry.sha256[:16]}... in {MANIFEST}")
+    owner = _saved_for(parsed.get(JOB_FILE))
+    if owner is not None and owner != node:
+        found.append(Problem("wrong-node", path, f"checkpoint {path} of {_label(node)} holds the checkpoint of "
+                             f"{_label(owner)} (its {JOB_FILE}): folders swapped or copied; restoring it is refused"))
     if config is None and CONFIG_FILE not in listed:
         found.append(Problem("no-config", path, f"checkpoint {path} has no {CONFIG_FILE}", WARNING))
     errors = sum(p.severity == ERROR for p in found)
     return CheckpointAudit(node, seq, path, len(present), sum(present.values()), (errors == 0) if verify else None,
                            config, None, (), errors, hashed_bytes if verify else 0)
+
+
+def _saved_for(job: Any) -> str | None:
+    """The node id a parsed ``job.json`` names (None: none named).
+
+    >>> _saved_for({"node": "abc"}), _saved_for([1])
+    ('abc', None)
+    """
+    node = job.get("node") if isinstance(job, dict) else None
+    return node if isinstance(node, str) and node else None
+
+
+def _label(node_id: str) -> str:
+    """``node <id> (seq <k> of <name>:<nonce>)``, or the id alone when it is malformed.
+
+    >>> _label("Z2VuZXJhbC5kZWZhdWx0LmE6YWJjMTIzOjM"), _label("??")
+    ('node Z2VuZXJhbC5kZWZhdWx0LmE6YWJjMTIzOjM (seq 3 of general.default.a:abc123)', 'node ??')
+    """
+    try:
+        node = Node.from_id(node_id)
+    except ValueError:
+        return f"node {node_id}"
+    return f"node {node_id} (seq {node.seq} of {node.name}:{node.nonce})"
+
