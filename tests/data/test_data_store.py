@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from theseus.data.store import DatasetNotFound, DatasetWriter, list_datasets, open_dataset
+from theseus.store.fs import NotPlainFile
 
 TOK = {"backend": "tiktoken", "name": "cl100k_base", "vocab_size": 100277, "eot": 100257}
 
@@ -192,3 +193,12 @@ def test_remote_corrupt_array_is_detected(memory_root, tmp_path):
         open_dataset(memory_root, "remote", cache_dir=str(tmp_path / "cache"))
     with pytest.raises(DatasetNotFound, match="data/tokenize/nope"):
         open_dataset(memory_root, "nope", cache_dir=str(tmp_path / "cache"))
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_meta_is_refused_not_waited_on(tmp_path):
+    folder = tmp_path / "data" / "fifo"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "meta.json")
+    with pytest.raises(NotPlainFile, match="meta.json is a FIFO"):
+        open_dataset(str(tmp_path), "fifo")

@@ -382,8 +382,7 @@ def open_dataset(root: str, dataset: str, hint: str | None = None, cache_dir: st
     fs, base = rootfs.open_root(root)
     folder = f"{base}/{DATA}/{dataset}"
     try:
-        with fs.open(f"{folder}/{META}", "r") as f:
-            meta = json.load(f)
+        meta = json.loads(rootfs.read_regular(fs, f"{folder}/{META}"))  # never waits on a FIFO
     except FileNotFoundError:
         raise _not_found(root, dataset, hint) from None
     if meta.get("format") != FORMAT or meta.get("kind") not in KINDS:
