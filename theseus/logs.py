@@ -24,16 +24,29 @@ FORMAT = (
 
 _handler: int | None = None
 
+LEVELS = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL")  # loguru's own
+
 
 def setup(level: str | None = None) -> None:
     """Route loguru to the current stderr at ``level`` (default ``$THESEUS_LOG_LEVEL`` or DEBUG).
 
     Replaces loguru's default handler (and this function's earlier one).
 
+    A level loguru does not know is a ValueError naming it, raised before the handler is
+    replaced (so the earlier handler stays).
+
     >>> setup("WARNING"); setup("DEBUG")  # idempotent: one handler
+    >>> setup("chatty")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown log level 'CHATTY' (TRACE, DEBUG, INFO, SUCCESS, WARNING, ERROR, CRITICAL)
     """
     global _handler
     level = (level or os.environ.get("THESEUS_LOG_LEVEL") or "DEBUG").upper()
+    try:
+        logger.level(level)
+    except ValueError:
+        raise ValueError(f"unknown log level {level!r} ({', '.join(LEVELS)})") from None
     try:
         logger.remove(0)  # loguru's default handler, bound to the stderr of import time
     except ValueError:

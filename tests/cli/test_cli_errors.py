@@ -117,3 +117,14 @@ def test_an_unreadable_view_is_ignored_by_readers_and_replaced_by_compaction(tmp
     warnings.clear()
     assert Store(tmp_path).find().where("loss", "<", 0.05).sort("loss").select(keys=["loss"]) == expected
     assert damage != "garbage" or not warnings
+
+
+@pytest.mark.parametrize("command", [["run", "data/tokenize/pydoc", "tok", "{root}"],
+                                     ["analyze", "{root}", "abcdef", "-a", "attention"], ["verify", "{root}", "abcdef"],
+                                     ["sample", "{root}", "abcdef", "The"], ["eval", "{root}", "abcdef"]])
+def test_an_unknown_log_level_is_one_error_line(tmp_path, command):
+    args = [str(tmp_path) if arg == "{root}" else arg for arg in command]
+    result = runner.invoke(app, [*args, "--log-level", "chatty"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        "error: --log-level: unknown log level 'CHATTY' (TRACE, DEBUG, INFO, SUCCESS, WARNING, ERROR, CRITICAL)"]

@@ -22,8 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from theseus import logs
-from theseus.cli.errors import ROOT_ERRORS, fail, message
+from theseus.cli.errors import ROOT_ERRORS, fail, log_to_stderr, message
 from theseus.store import EmptyResult
 
 
@@ -54,7 +53,7 @@ def analyze(
     """
     from theseus.replay.analyze import analyze as run_analysis  # lazily: JAX loads only for this command
 
-    logs.setup(log_level)
+    log_to_stderr(log_level)
     if out is not None:
         try:  # a picture that cannot be written fails before the model loads
             fs, path = fsspec.core.url_to_fs(out)

@@ -23,7 +23,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from theseus import logs
 from theseus.cli import analyze as analyze_commands
 from theseus.cli import audit as audit_commands
 from theseus.cli import dispatch as dispatch_commands
@@ -35,7 +34,7 @@ from theseus.cli import replay as replay_commands
 from theseus.cli import sample as sample_commands
 from theseus.cli import store as store_commands
 from theseus.cli import ui as ui_commands
-from theseus.cli.errors import ROOT_ERRORS, fail, message
+from theseus.cli.errors import ROOT_ERRORS, fail, log_to_stderr, message
 from theseus.config import apply_overrides
 from theseus.experiments import ExperimentError, import_experiment
 from theseus.jobs import registry
@@ -111,7 +110,7 @@ def run(
     2
     """
 
-    logs.setup(log_level)
+    log_to_stderr(log_level)
     try:
         with quick(root) as q:
             q.build(job_key, run_name)

@@ -67,3 +67,21 @@ def reported(command: Callable) -> Callable:
             fail(message(e), 2)
 
     return run
+
+
+def log_to_stderr(level: str) -> None:
+    """Set the command's log level (``theseus.logs.setup``); an unknown level is bad input
+    (one ``error:`` line, exit 2), found before any handler is replaced.
+
+    >>> try:
+    ...     log_to_stderr("chatty")
+    ... except typer.Exit as e:
+    ...     print(e.exit_code)
+    2
+    """
+    from theseus import logs
+
+    try:
+        logs.setup(level)
+    except ValueError as e:
+        fail(f"--log-level: {e}", 2)

@@ -29,12 +29,10 @@ import os
 from typing import Annotated
 
 import typer
-from loguru import logger
 from rich.console import Console
 from rich.table import Table
 
-from theseus import logs
-from theseus.cli.errors import ROOT_ERRORS, fail, message
+from theseus.cli.errors import ROOT_ERRORS, fail, log_to_stderr, message
 from theseus.store import EmptyResult
 
 
@@ -75,11 +73,7 @@ def evaluate(
     from theseus.replay.evaluate import evaluation_parts
     from theseus.replay.restore import checkpoint_for
 
-    try:
-        logger.level(log_level.upper())  # checked before logs.setup replaces the handler
-    except ValueError as e:  # loguru's "Level 'X' does not exist"
-        fail(f"--log-level: {e}", 2)
-    logs.setup(log_level)
+    log_to_stderr(log_level)
     check_inputs(limit, name, overrides or [])
     lm_tasks = [t.strip() for t in harness.split(",") if t.strip()]
     try:

@@ -20,8 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from theseus import logs
-from theseus.cli.errors import ROOT_ERRORS, fail, message
+from theseus.cli.errors import ROOT_ERRORS, fail, log_to_stderr, message
 
 
 def verify(
@@ -49,7 +48,7 @@ def verify(
     from theseus.replay.verify import verify as run_verify
     from theseus.store import EmptyResult
 
-    logs.setup(log_level)
+    log_to_stderr(log_level)
     try:
         result = run_verify(root, node_id, steps, rtol=rtol, atol=atol)
     except EmptyResult as e:

@@ -22,10 +22,8 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from loguru import logger
 
-from theseus import logs
-from theseus.cli.errors import ROOT_ERRORS, fail, message
+from theseus.cli.errors import ROOT_ERRORS, fail, log_to_stderr, message
 
 
 def sample(
@@ -60,11 +58,7 @@ def sample(
     from theseus.replay.sample import sample as run_sample
     from theseus.store import EmptyResult
 
-    try:
-        logger.level(log_level.upper())  # checked before logs.setup replaces the handler
-    except ValueError as e:  # loguru's "Level 'X' does not exist"
-        fail(f"--log-level: {e}", 2)
-    logs.setup(log_level)
+    log_to_stderr(log_level)
     try:
         node, samples = run_sample(root, target, prompt, n, max_new_tokens=max_new_tokens, temperature=temperature,
                                    top_k=top_k, top_p=top_p, seed=seed, stop=stop)
