@@ -14,6 +14,7 @@ from __future__ import annotations
 import yaml
 
 from theseus.store import Node, Store
+from theseus.store.nonces import NonceTaken
 
 PROJECTS = ("vision", "lang", "audio")
 GROUPS = ("sweep", "base")
@@ -28,9 +29,14 @@ def make_runs(root: str, runs: int = 1000, nodes: int = 20, compact: bool = True
         for i in range(runs):
             name = f"{PROJECTS[i % len(PROJECTS)]}.{GROUPS[i // 3 % len(GROUPS)]}.run-{i:04d}"
             lr = [1e-3, 3e-4, 1e-4][i % 3 if i % 7 else 1]
-            node = Node.start(name)
             config = {"optimization": {"lr": lr}, "training": {"tokens": 1000 * nodes, "seed": i}}
-            w.job(node, "gpt/train/pretrain", yaml.safe_dump(config))
+            while True:  # a nonce drawn twice (likely among tens of thousands of runs): nothing written, draw again
+                node = Node.start(name)
+                try:
+                    w.job(node, "gpt/train/pretrain", yaml.safe_dump(config))
+                    break
+                except NonceTaken:
+                    continue
             for seq in range(nodes):
                 values = {"train/loss": 5.0 / (1 + seq) + i * 1e-4, "train/tokens": 1000 * seq}
                 if seq % 5 == 4:

@@ -4,9 +4,9 @@ import pytest
 
 from tests.docstrings import examples_fail, names_without_examples
 
-MODULES = ["theseus.ui", "theseus.ui.follow", "theseus.ui.status", "theseus.ui.table", "theseus.ui.configs",
-           "theseus.ui.series", "theseus.ui.lineage", "theseus.ui.run", "theseus.ui.node", "theseus.ui.api",
-           "theseus.ui.server", "theseus.cli.ui", "tests.ui._synthetic_runs"]
+MODULES = ["theseus.ui", "theseus.ui.follow", "theseus.ui.records", "theseus.ui.status", "theseus.ui.table",
+           "theseus.ui.configs", "theseus.ui.series", "theseus.ui.lineage", "theseus.ui.run", "theseus.ui.node",
+           "theseus.ui.api", "theseus.ui.server", "theseus.cli.ui", "tests.ui._synthetic_runs"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,6 +1,6 @@
 """Every request of the app is bounded: the runs API pages (offset, limit, total), chart series and CSV
-exports cap what one request asks for (a 400 naming the limit), and where-conditions are answered from
-the records the server holds, as the cursor answers them."""
+exports cap what one request asks for (a 400 naming the limit), and where-conditions are answered as the
+cursor answers them."""
 
 import pytest
 from starlette.testclient import TestClient
@@ -54,7 +54,7 @@ def test_series_and_csv_cap_one_request(root, monkeypatch):
     ("train/tokens in [0, 5000]", "train/tokens", "in", (0, 5000)), ("train/tokens != 0", "train/tokens", "!=", 0),
     ("val/loss > 1.5", "val/loss", ">", 1.5), ("train/loss <= 0.25", "train/loss", "<=", 0.25),
 ])
-def test_filter_answers_from_held_records_as_the_cursor(root, condition, key, op, value):
+def test_filter_answers_as_the_cursor(root, condition, key, op, value):
     client = client_of(root)
     found = client.post("/api/filter", json={"conditions": [condition]}).json()["nonces"]
     cursor = Store(root).find().where(key, op, value).frame(keys=[key]).collect()

@@ -133,10 +133,25 @@ class Store:
 
     def _read_runs(self) -> pl.DataFrame:
         index = self._index
-        view = index.view()
-        runs = index.recorded_runs(view)  # a compacted root: one stat per folder instead of listings
+        runs = index.recorded_runs(index.view())  # a compacted root: one stat per folder instead of listings
         if runs is None:
             runs = index.runs()
+        found, bad = self.summaries(runs)
+        return summary_frame(list(readable(found, bad).items()))
+
+    def summaries(self, runs: dict[tuple[str, str], list[str]]) -> tuple[dict, dict]:
+        """``({run: Summary}, {run: CorruptSegment})`` of ``runs`` (``{(name, nonce): sorted segment paths}``,
+        as listed): what :meth:`runs` reads per run (the view's summary entry where it folded exactly those
+        segments, else the segments' footers), with no block read where those answer. A run holding a
+        segment that cannot be read is in the second dict, with the error naming the file.
+
+        >>> store, n = _doc_store()
+        >>> found, bad = store.summaries(store._index.runs())
+        >>> [s.nodes for s in found.values()], bad
+        ([1], {})
+        """
+        index = self._index
+        view = index.view()
         found, missing = {}, {}
         for run, paths in runs.items():
             number = view.runs.get(run) if view is not None else None
@@ -146,15 +161,14 @@ class Store:
             if summary is None:
                 missing[run] = paths
             found[run] = summary
-        bad: dict = {}  # runs holding a segment that cannot be read: left out, each with a warning
+        bad: dict = {}  # runs holding a segment that cannot be read: each costs its own run
         if missing and rootfs.is_local(self.fs):  # footer entries, then one scan of the blocks that can hold the latest
             for run, summary in summarize_runs(index, missing, bad).items():
                 found[run] = index.summaries[tuple(missing[run])] = summary
         elif missing:  # footers in one parallel pass, then the runs' few blocks in parallel too
             for run, summary in summarize_each(index, missing, bad).items():
                 found[run] = index.summaries[tuple(missing[run])] = summary
-        found = readable(found, bad)
-        return summary_frame(list(found.items()))
+        return {run: summary for run, summary in found.items() if run not in bad}, bad
 
     def compact(self, name: str = "*", nonce: str = "*") -> dict[str, int]:
         """Merge each run's small segments into one (crash-safe), then refresh the view.

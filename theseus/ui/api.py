@@ -75,11 +75,10 @@ class Api:
         self.store = store
         self.follower = Follower(store)
         self.stale_after_s = stale_after_s
-        self.table = table.Rows(stale_after_s)
+        self.configs = table.Configs()
+        self.table = table.Rows(stale_after_s, self.configs)
         self.numeric = PerVersion(series_data.run_numeric_keys)
-        self.held = table.HeldValues()
-        self.config = PerVersion(lambda run: set(self.held.config(run)))
-        self.logged = PerVersion(lambda run: {k for k in run.keys() if not k.startswith("_")})
+        self.config = PerVersion(lambda run: set(self.configs.of([run])[run.nonce]))
         self.token = 0  # grows when any run changes
         self._changed_at: dict[str, int] = {}  # nonce -> token of its last change
         self._last_poll = 0.0
@@ -111,13 +110,30 @@ class Api:
         return sorted(n for n, t in self._changed_at.items() if t > token)
 
     def rows(self, nonces: list[str] | None = None, extra: list[str] = (), inspections: bool = False) -> list[dict]:
-        """Table rows of ``nonces`` (every run when None); the inspection branches (a trainer ticked
-        outside job(): `theseus.store.status.INSPECTION`) only with ``inspections``."""
+        """Table rows of ``nonces`` (every run when None), most recently written first (see :meth:`page`)."""
+        return self.page(nonces, extra, inspections)[0]
+
+    def page(self, nonces: list[str] | None = None, extra: list[str] = (), inspections: bool = False,
+             offset: int = 0, limit: int | None = None) -> tuple[list[dict], int]:
+        """Table rows of ``nonces`` (every run when None), most recently written first, from ``offset``
+        (``limit`` rows at most), and how many there are in all; the inspection branches (a trainer ticked
+        outside job(): `theseus.store.status.INSPECTION`) only with ``inspections``. The runs are ordered
+        by their summaries; only the rows asked for are made (the values the summaries do not hold, such
+        as a failure's text, read for those runs together)."""
         runs = self.follower.runs
-        chosen = runs.values() if nonces is None else [runs[n] for n in nonces if n in runs]
+        chosen = list(runs.values()) if nonces is None else [runs[n] for n in nonces if n in runs]
         if not inspections:
             chosen = [run for run in chosen if run.latest(schema.STATUS) not in INSPECTION]
-        return self.table.rows(chosen, extra)
+        chosen.sort(key=lambda run: (-run.facts.written, run.name, run.nonce))
+        page = chosen[offset:] if limit is None else chosen[offset:offset + limit]
+        fresh = self.table.stale(page, extra)
+        wanted = [run for run in fresh if run.records is not None and run.held is None]
+        for key in (schema.ERROR, *(k for k in extra if not k.startswith((table.CONFIG, "_")))):
+            if wanted:  # each key's values for every row to make, in one scan
+                self.follower.records.latest(key, wanted)
+        if any(k.startswith(table.CONFIG) for k in extra):
+            self.configs.of(fresh)
+        return self.table.rows(page, extra), len(chosen)
 
     def keys(self) -> list[str]:
         """The numeric keys logged in the root."""
@@ -126,6 +142,7 @@ class Api:
     def config_keys(self) -> list[str]:
         """The dotted config keys of the ``CONFIG_KEY_RUNS`` most recently written runs (offered as columns)."""
         runs = sorted(self.follower.runs.values(), key=lambda run: -run.facts.written)[:CONFIG_KEY_RUNS]
+        self.configs.of(runs)  # their configs read together, not one read per run
         return self.config.union(runs)
 
 
@@ -186,9 +203,10 @@ def routes(api: Api) -> list[Route]:
         limit = _count(request, "limit", MAX_PAGE, MAX_PAGE)
         token = api.refresh()
         extra = _list(request.query_params.get("extra"))
-        rows = api.rows(extra=extra, inspections=request.query_params.get("all") == "1")
-        return JSON({"token": token, "rows": rows[offset:offset + limit], "offset": offset, "limit": limit,
-                     "total": len(rows), "root": api.store.root, "stale_after_s": api.stale_after_s,
+        rows, total = api.page(extra=extra, inspections=request.query_params.get("all") == "1", offset=offset,
+                               limit=limit)
+        return JSON({"token": token, "rows": rows, "offset": offset, "limit": limit, "total": total,
+                     "root": api.store.root, "stale_after_s": api.stale_after_s,
                      "keys": api.keys()})
 
     def poll(request: Request, body: Any) -> Response:
@@ -208,7 +226,7 @@ def routes(api: Api) -> list[Route]:
         conditions = [table.parse_condition(text) for text in body.get("conditions", []) if text.strip()]
         api.refresh()
         runs = api.follower.runs
-        found = table.held_matching(runs, conditions, api.held, api.logged.union(runs.values()))
+        found = table.matching(api.store, runs, conditions, api.configs)
         return JSON({"nonces": sorted(found)})
 
     def csv(request: Request, body: Any) -> Response:

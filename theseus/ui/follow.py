@@ -1,11 +1,13 @@
-"""Following a root's log: list each run's segments, read only the ones not read before, keep
-each run folded (one row per node and key, the latest record winning, as the store folds).
+"""Following a root's log: list each run's segments and keep, per run, its summary (the node count,
+last write, latest status, job and main metrics: what the runs table shows), not its records.
 
-A :class:`Follower` is the app's only reader of log records. Segments are immutable, so a
-segment read once never needs reading again; a compaction publishes a merged segment (read
-once more: folding is idempotent) and retires the old ones (forgotten). Each poll costs one
-listing of the log folders (local listings are reused while their ctime proves them current)
-plus the reads of new segments only.
+A :class:`Follower` answers the runs table from the store's run summaries (``Store.summaries``: the
+compacted view's summary entry, else the segments' footers; no block read where those answer), so
+starting on a root costs what ``Store.runs()`` costs, whatever its records. A run's records are read
+when something needs them (its page, its charts, a column the summaries do not hold) into a bounded
+cache (``theseus.ui.records``). Each poll costs one listing of the log folders (local listings are
+reused while their ctime proves them current) plus the footers of the runs whose segments changed.
+A run holding a segment that cannot be read is read segment by segment, that file left out and named.
 
 >>> import tempfile
 >>> from theseus.store import Node, Store
@@ -19,8 +21,8 @@ True
 >>> with store.writer() as w:
 ...     w.write(n.next(), {"train/loss": 1.5})
 >>> changed = follower.poll()
->>> [run.nonce for run in changed], changed[0].values("train/loss")
-(['...'], {0: 2.0, 1: 1.5})
+>>> [run.nonce for run in changed], changed[0].latest("train/loss"), changed[0].values("train/loss")
+(['...'], 1.5, {0: 2.0, 1: 1.5})
 """
 
 from __future__ import annotations
@@ -34,51 +36,105 @@ import polars as pl
 from theseus.store import Store, schema
 from theseus.store import fs as rootfs
 from theseus.store.nonces import AmbiguousNonce, ambiguous
-from theseus.store.reader import latest_records, scan
-from theseus.store.schema import merge_types
+from theseus.store.reader import latest_records
 from theseus.store.segments import CorruptSegment, Listings, list_runs, retry_vanished, vanished
-from theseus.store.summary import UnreadableRun
+from theseus.store.summary import SUMMARY_KEYS, Summary, UnreadableRun
+from theseus.ui.records import EMPTY, Records, latest_value, read_segments
 
-# the runs table's columns and the config its conditions test: their latest values are kept per run
+# the latest values a run's records answer at once (the table's columns, its config and failure)
 FACT_KEYS = frozenset({schema.JOB, schema.STATUS, schema.FINISHED, schema.ERROR, schema.CONFIG, "train/loss",
                        "val/loss", "train/tokens"})
-KEEP = ["node", "seq", "parent", "stamp", "writer", "key", "float", "int", "bool", "str"]
-EMPTY = pl.DataFrame(schema={"node": pl.String, "seq": pl.Int64, "parent": pl.String, "stamp": pl.Int64,
-                             "writer": pl.String, "key": pl.String, "float": pl.Float64, "int": pl.Int64,
-                             "bool": pl.Boolean, "str": pl.String})
+NUMERIC = ("int", "float", "bool")  # read types a chart can draw
 
 
-@dataclass
+@dataclass(frozen=True)
+class Facts:
+    """What the runs table and the charts' key list need of a run: the last write stamp, the node
+    count, the last seq, the latest value of some keys (``covered``: the keys whose latest value is
+    in ``latest`` whenever the run logged them), its keys and its numeric user keys.
+
+    >>> NO_FACTS.nodes, NO_FACTS.latest
+    (0, {})
+    """
+
+    written: int = 0
+    nodes: int = 0
+    last_seq: int | None = None
+    latest: dict = field(default_factory=dict)
+    keys: frozenset = frozenset()
+    numeric: frozenset = frozenset()
+    covered: frozenset = FACT_KEYS
+
+
+NO_FACTS = Facts()
+
+
+def summary_facts(summary: Summary) -> Facts:
+    """The :class:`Facts` of a run's store summary (``theseus.store.summary``).
+
+    >>> facts = summary_facts(Summary(3, 2, 7, {"train/loss": (1.5, 7, "w")}, {"train/loss": "float", "_job": "str"}))
+    >>> facts.nodes, facts.last_seq, facts.latest, sorted(facts.numeric)
+    (3, 2, {'train/loss': 1.5}, ['train/loss'])
+    """
+    return Facts(summary.written, summary.nodes, summary.last_seq if summary.nodes else None,
+                 {key: record[0] for key, record in summary.latest.items()}, frozenset(summary.keys),
+                 frozenset(k for k, t in summary.keys.items() if t in NUMERIC and not k.startswith("_")),
+                 frozenset(SUMMARY_KEYS))
+
+
+def facts_of(folded: pl.DataFrame) -> Facts:
+    """The :class:`Facts` of one run's folded records.
+
+    >>> frame = EMPTY.vstack(pl.DataFrame({"node": ["n"], "seq": [0], "parent": [None], "stamp": [5], "writer": ["w"],
+    ...     "key": ["train/loss"], "float": [1.5], "int": [None], "bool": [None], "str": [None]}, schema=EMPTY.schema))
+    >>> facts = facts_of(frame)
+    >>> facts.nodes, facts.latest, sorted(facts.numeric)
+    (1, {'train/loss': 1.5}, ['train/loss'])
+    """
+    if folded.height == 0:
+        return NO_FACTS
+    keys = frozenset(folded["key"].unique().to_list())
+    numbers = folded.filter(~pl.col("key").str.starts_with("_") & pl.any_horizontal(
+        pl.col(c).is_not_null() for c in NUMERIC))
+    return Facts(int(folded["stamp"].max()), folded["seq"].n_unique(), int(folded["seq"].max()),
+                 {key: latest_value(folded, key) for key in FACT_KEYS & keys}, keys,
+                 frozenset(numbers["key"].unique().to_list()))
+
+
+@dataclass(eq=False)
 class RunLog:
-    """One run's folded records (``rows``: one per node and key) and the segments read into them.
+    """One run as the app knows it: its segments, its :class:`Facts`, and its records on demand.
 
-    ``version`` grows by one each time new records land, so a client can ask for what changed.
+    ``version`` grows by one each time its segments change, so a client can ask for what changed.
+    ``held``: the records of a run kept whole (one holding a segment that cannot be read, or a nonce
+    several runs share); any other run's records come from the bounded cache (``records``).
 
     >>> run = RunLog("a.b.c", "abcdef")
-    >>> run.label, run.version, run.values("train/loss")
-    ('a.b.c:abcdef', 0, {})
+    >>> run.label, run.version, run.values("train/loss"), run.latest("_status")
+    ('a.b.c:abcdef', 0, {}, None)
     """
 
     name: str
     nonce: str
     segments: set[str] = field(default_factory=set)
-    rows: pl.DataFrame = field(default_factory=lambda: EMPTY)
     version: int = 0
     unreadable: dict[str, str] = field(default_factory=dict)  # segment path -> why it cannot be read
     facts: Facts = field(default_factory=lambda: NO_FACTS)
     shared: tuple[str, ...] = ()  # the other names whose records are under this nonce (a collision)
+    held: pl.DataFrame | None = field(default=None, repr=False)
+    records: Records | None = field(default=None, repr=False)
 
     @property
     def label(self) -> str:
         """``name:nonce``, how the app names a run."""
         return f"{self.name}:{self.nonce}"
 
-    def fold(self, new: pl.DataFrame) -> None:
-        """Fold new raw records on top of the kept ones (latest write stamp per node and key wins)."""
-        both = pl.concat([self.rows, new.select(KEEP)], how="vertical_relaxed")
-        self.rows = latest_records(both.lazy()).collect().sort("seq", "key")
-        self.facts = facts_of(self.rows.with_columns(pl.lit(self.nonce).alias("nonce"))).get(self.nonce, NO_FACTS)
-        self.version += 1
+    @property
+    def rows(self) -> pl.DataFrame:
+        """The run's folded records (one row per node and key), read when first asked."""
+        if self.held is not None:
+            return self.held
+        return EMPTY if self.records is None else self.records.rows(self)
 
     def latest(self, key: str):
         """The value of ``key`` in its latest record across the run (by write stamp), or None.
@@ -86,13 +142,13 @@ class RunLog:
         >>> RunLog("a", "abcdef").latest("_status") is None
         True
         """
-        if key in FACT_KEYS:
-            return self.facts.latest.get(key)
-        rows = self.rows.filter(pl.col("key") == key)
-        if rows.height == 0:
+        if key in self.facts.latest:
+            return self.facts.latest[key]
+        if key in self.facts.covered or key not in self.facts.keys:
             return None
-        row = rows.sort("stamp", "writer").row(-1, named=True)
-        return _value(row)
+        if self.records is None or self.held is not None:
+            return latest_value(self.rows, key)
+        return self.records.latest(key, [self])[self.nonce]
 
     def values(self, key: str) -> dict[int, object]:
         """``{seq: value}`` of ``key`` at each node holding it (seq order).
@@ -100,8 +156,11 @@ class RunLog:
         >>> RunLog("a", "abcdef").values("x")
         {}
         """
+        if key not in self.facts.keys:
+            return {}
         rows = self.rows.filter(pl.col("key") == key)
-        return {row["seq"]: _value(row) for row in rows.iter_rows(named=True)}
+        return {row["seq"]: next((row[c] for c in ("float", "int", "bool", "str") if row[c] is not None), None)
+                for row in rows.iter_rows(named=True)}
 
     def keys(self) -> set[str]:
         """The keys this run logged (reserved ones included).
@@ -112,105 +171,31 @@ class RunLog:
         return set(self.facts.keys)
 
 
-@dataclass(frozen=True)
-class Facts:
-    """What the runs table, the charts' key list and the lineage tree need of a run, worked out once
-    per fold for every run folded together (one Polars pass, not one per run): the last write stamp,
-    the node count, the last seq, the id of the node it branched from (``origin``), the latest value
-    of each of ``FACT_KEYS``, its keys, its numeric user keys, the read type of each user key and the
-    range (least, greatest; NaN left out) of each int or float one.
-
-    >>> NO_FACTS.nodes, NO_FACTS.latest
-    (0, {})
-    """
-
-    written: int = 0
-    nodes: int = 0
-    last_seq: int | None = None
-    origin: str | None = None
-    latest: dict = field(default_factory=dict)
-    keys: frozenset = frozenset()
-    numeric: frozenset = frozenset()
-    types: dict = field(default_factory=dict)
-    ranges: dict = field(default_factory=dict)
-
-
-NO_FACTS = Facts()
-
-
-def facts_of(folded: pl.DataFrame) -> dict[str, Facts]:
-    """The :class:`Facts` of each run (by nonce) of folded records with a ``nonce`` column, in
-    (seq, key) order within each run.
-
-    >>> frame = EMPTY.vstack(pl.DataFrame({"node": ["n"], "seq": [0], "parent": [None], "stamp": [5], "writer": ["w"],
-    ...     "key": ["train/loss"], "float": [1.5], "int": [None], "bool": [None], "str": [None]}, schema=EMPTY.schema))
-    >>> facts = facts_of(frame.with_columns(pl.lit("abcdef").alias("nonce")))["abcdef"]
-    >>> facts.nodes, facts.latest, sorted(facts.numeric), facts.types, facts.ranges
-    (1, {'train/loss': 1.5}, ['train/loss'], {'train/loss': 'float'}, {'train/loss': (1.5, 1.5)})
-    """
-    first = (pl.col("seq") == pl.col("seq").min()) & pl.col("parent").is_not_null() & (pl.col("parent") != "")
-    base = folded.group_by("nonce").agg(
-        pl.col("stamp").max().alias("written"), pl.col("seq").n_unique().alias("nodes"),
-        pl.col("seq").max().alias("last"), pl.col("parent").filter(first).first().alias("origin"),
-        pl.col("key").unique().alias("keys"))
-    latest: dict[str, dict] = {}
-    wanted = folded.filter(pl.col("key").is_in(FACT_KEYS)).sort("stamp", "writer")
-    for nonce, key, *values in (wanted.group_by("nonce", "key").last()
-                                .select("nonce", "key", "float", "int", "bool", "str").iter_rows()):
-        latest.setdefault(nonce, {})[key] = next((v for v in values if v is not None), None)
-    number = pl.coalesce(pl.col("float"), pl.col("int").cast(pl.Float64))
-    used = [pl.col(c).is_not_null().any().alias(c) for c in ("str", "bool", "int", "float")]
-    per_key = folded.filter(~pl.col("key").str.starts_with("_")).group_by("nonce", "key").agg(
-        *used, number.filter(~number.is_nan()).min().alias("lo"), number.filter(~number.is_nan()).max().alias("hi"))
-    types: dict[str, dict] = {}
-    ranges: dict[str, dict] = {}
-    numeric: dict[str, set] = {}  # keys with a number (or bool) at some node: what a chart can draw
-    for nonce, key, *flags, lo, hi in per_key.iter_rows():
-        if any(flags[1:]):
-            numeric.setdefault(nonce, set()).add(key)
-        kind = None
-        for column, there in zip(("str", "bool", "int", "float"), flags):
-            if there:
-                kind = column if kind is None else merge_types(kind, column)
-        if kind is not None:
-            types.setdefault(nonce, {})[key] = kind
-        if kind in ("int", "float") and lo is not None:
-            ranges.setdefault(nonce, {})[key] = (lo, hi)
-    return {nonce: Facts(written or 0, nodes, last, origin, latest.get(nonce, {}), frozenset(keys),
-                         frozenset(numeric.get(nonce, ())),
-                         types.get(nonce, {}), ranges.get(nonce, {}))
-            for nonce, written, nodes, last, origin, keys in base.iter_rows()}
-
-
-def _value(row: dict):
-    for column in ("float", "int", "bool", "str"):
-        if row[column] is not None:
-            return row[column]
-    return None
-
-
 class Follower:
-    """The runs of one root, each folded from its segments, refreshed by :meth:`poll`.
+    """The runs of one root, each with its summary, refreshed by :meth:`poll`; their records through
+    ``records`` (bounded).
 
-    Thread-safe: one poll at a time; readers get the :class:`RunLog` objects, replaced
-    frames and all, never a half-folded one.
+    Thread-safe: one poll at a time; readers get :class:`RunLog` objects whose facts are replaced
+    whole, never half-updated.
 
     >>> import tempfile
     >>> Follower(Store(tempfile.mkdtemp())).poll()
     []
     """
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, records: Records | None = None):
         self.store = store
+        self.records = records or Records(store.fs)
         self.runs: dict[str, RunLog] = {}  # by nonce
         self.polls = 0
-        self.segments_read = 0
+        self.segments_read = 0  # segments taken in (summarised from their footers, or read)
         self._listings = Listings(store.path() if rootfs.is_local(store.fs) else None)
         self._seen: dict[tuple[str, str], object] = {}  # the last poll's listing, by run
+        self._origins: dict[str, tuple[int, str | None]] = {}  # nonce -> (version, parent id of its first node)
         self._lock = threading.Lock()
 
     def poll(self) -> list[RunLog]:
-        """List the log, read the segments not read before, and return the runs that changed."""
+        """List the log, take in the runs whose segments changed, and return the runs that changed."""
         with self._lock:
             return retry_vanished(self._poll)
 
@@ -221,76 +206,47 @@ class Follower:
         everything, seen = listed, self._seen
         if seen.keys() == listed.keys():
             listed = {run: paths for run, paths in listed.items() if paths is not seen[run]}
-        new: dict[str, list[str]] = {}
         changed = {}
-        for (name, nonce), paths in listed.items():
+        for name, nonce in listed:
             run = self.runs.get(nonce)
             if run is None:
-                run = self.runs[nonce] = RunLog(name, nonce)
+                run = self.runs[nonce] = RunLog(name, nonce, records=self.records)
             elif name != run.name and name not in run.shared:  # a nonce collision: named, never merged silently
                 run.shared += (name,)
                 run.version += 1
-                changed[nonce] = run
-            fresh = [p for p in paths if p not in run.segments and p not in run.unreadable]
-            if fresh:
-                new.setdefault(nonce, []).extend(fresh)
-        if new:
-            # one fold of every changed run together: the new records on top of the kept ones
-            kept = [self.runs[n].rows.with_columns(pl.lit(n).alias("nonce")) for n in new if self.runs[n].rows.height]
-            both = pl.concat([*kept, self._read(new)], how="vertical_relaxed")
-            folded = latest_records(both.lazy()).collect().sort("nonce", "seq", "key")
-            facts = facts_of(folded)
-            frames = folded.partition_by("nonce", as_dict=True, include_key=False)
-            for nonce, paths in new.items():
-                run = self.runs[nonce]
-                paths = [p for p in paths if p not in run.unreadable]
-                run.rows, run.facts = frames.get((nonce,), EMPTY), facts.get(nonce, NO_FACTS)
-                run.version += 1  # a run with only unreadable new segments changes too: its row shows them
-                run.segments.update(paths)
-                self.segments_read += len(paths)
                 changed[nonce] = run
         touched = {nonce for _, nonce in listed}
         published: dict[str, set[str]] = {}  # by nonce: two names sharing a nonce keep both their segments
         for (name, nonce), paths in everything.items():
             if nonce in touched:
                 published.setdefault(nonce, set()).update(paths)
-        for nonce, paths in published.items():  # retired segments (a compaction) are forgotten
+        moved = {}
+        for nonce, paths in published.items():
             run = self.runs[nonce]
-            run.segments.intersection_update(paths)
-            if run.unreadable.keys() - paths:  # an unreadable segment removed: the run's row changes
-                run.unreadable = {p: why for p, why in run.unreadable.items() if p in paths}
-                run.version += 1
-                changed[nonce] = run
+            if paths != run.segments | run.unreadable.keys():
+                self.segments_read += len(paths - run.segments - run.unreadable.keys())
+                moved[nonce] = sorted(paths)
+        asked = {(self.runs[n].name, n): paths for n, paths in moved.items() if not self.runs[n].shared}
+        summarised = self.store.summaries(asked)[0] if asked else {}
+        for nonce, paths in moved.items():
+            run = self.runs[nonce]
+            summary = summarised.get((run.name, nonce))
+            if summary is not None:
+                run.facts, run.held, run.unreadable, run.segments = summary_facts(summary), None, {}, set(paths)
+            else:  # a segment that cannot be read, or several names under the nonce: its records read whole
+                self._hold(run, paths)
+            run.version += 1
+            changed[nonce] = run
         self._seen = everything  # only once this poll is applied: a retried poll compares with the last whole one
         return list(changed.values())
 
-    def _read(self, new: dict[str, list[str]]) -> pl.DataFrame:
-        """The records of the segments ``new`` (by nonce), with a nonce column; a segment that cannot be read (not a
-        regular file, truncated, damaged) goes to its run's ``unreadable`` with a warning naming it, and
-        costs only that run: the others are read whole."""
-        paths = [p for run in new.values() for p in run]
-        try:
-            frame = scan(self.store.fs, paths).select([*KEEP, "nonce"]).collect()
-        except (CorruptSegment, pl.exceptions.PolarsError, OSError) as e:
-            if vanished(e):
-                raise
-            frame = pl.concat([self._read_run(nonce, run) for nonce, run in new.items()], how="vertical_relaxed")
-        return frame
-
-    def _read_run(self, nonce: str, paths: list[str]) -> pl.DataFrame:
-        """The records of one run's segments ``paths``, one segment at a time, leaving out (and noting
-        in the run's ``unreadable``) each that cannot be read."""
-        parts = [EMPTY.with_columns(pl.lit(None, pl.String).alias("nonce"))]
-        for path in paths:
-            try:
-                parts.append(scan(self.store.fs, [path]).select([*KEEP, "nonce"]).collect())
-            except (CorruptSegment, pl.exceptions.PolarsError, OSError) as e:
-                if vanished(e):
-                    raise
-                why = str(e) if isinstance(e, CorruptSegment) else f"corrupt or truncated segment {path}: {e}"
-                self.runs[nonce].unreadable[path] = why
-                warnings.warn(f"run {self.runs[nonce].label}: {why}", UnreadableRun, stacklevel=2)
-        return pl.concat(parts, how="vertical_relaxed")
+    def _hold(self, run: RunLog, paths: list[str]) -> None:
+        """Read ``run``'s segments ``paths`` whole, each that cannot be read left out and named in the run's
+        ``unreadable``; its facts from its records."""
+        frame, unreadable = read_segments(self.store.fs, paths, run.label)
+        rows = latest_records(frame.lazy()).collect().sort("seq", "key")
+        run.held, run.facts, run.unreadable = rows, facts_of(rows), unreadable
+        run.segments = set(paths) - unreadable.keys()
 
     def run(self, nonce: str) -> RunLog:
         """The run ``nonce`` as last polled; a KeyError naming it when the root has no such run.
@@ -307,6 +263,45 @@ class Follower:
         if run.shared:  # several runs under one nonce: the page of one of them cannot be told apart
             raise AmbiguousNonce(ambiguous(nonce, sorted((run.name, *run.shared))))
         return run
+
+    def origins(self) -> dict[str, str | None]:
+        """``{nonce: id of the node its first node branched from}`` (None: a fresh lineage) of every run,
+        kept per run version: the runs not known yet from one store query over the root (the parent of
+        each run's first node), those whose records are held from them.
+
+        >>> import tempfile
+        >>> Follower(Store(tempfile.mkdtemp())).origins()
+        {}
+        """
+        missing = [run for n, run in self.runs.items() if self._origins.get(n, (-1,))[0] != run.version]
+        # many runs: one query; a few (or runs whose records are held): their records
+        queried = self._first_parents() if sum(run.held is None for run in missing) > 1 else None
+        for run in missing:
+            parent = queried.get(run.nonce) if queried is not None and run.held is None else _first_parent(run.rows)
+            self._origins[run.nonce] = (run.version, parent or None)
+        return {n: self._origins[n][1] for n in self.runs}
+
+    def _first_parents(self) -> dict[str, str | None]:
+        """The parent of each run's first node, from one query of the store's nodes (identity columns only)."""
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UnreadableRun)
+                frame = (self.store.find().frame(keys=[]).sort("seq").group_by("nonce")
+                         .agg(pl.col("parent").first()).collect())
+        except (CorruptSegment, pl.exceptions.PolarsError, OSError) as e:
+            if vanished(e):
+                raise
+            return {n: _first_parent(run.rows) for n, run in self.runs.items()}
+        return dict(frame.iter_rows())
+
+
+def _first_parent(rows: pl.DataFrame) -> str | None:
+    """The parent of the first node in folded records (None when it has none)."""
+    if rows.height == 0:
+        return None
+    first = rows.filter((pl.col("seq") == pl.col("seq").min()) & pl.col("parent").is_not_null()
+                        & (pl.col("parent") != ""))
+    return first["parent"][0] if first.height else None
 
 
 class PerVersion:

@@ -13,7 +13,7 @@ ancestor of the run asked about (ancestors outside the root are named, not follo
 >>> with store.writer() as w:
 ...     w.write(a, {"x": 1}); w.write(a.next(), {"x": 2}); w.write(b, {"x": 3})
 >>> follower = Follower(store); _ = follower.poll()
->>> tree = family(follower.runs, b.nonce)
+>>> tree = family(follower.runs, b.nonce, follower.origins())
 >>> tree["nonce"] == a.nonce, [(c["nonce"] == b.nonce, c["from_seq"]) for c in tree["children"]]
 (True, [(True, 1)])
 """
@@ -26,26 +26,28 @@ from theseus.store.node import decode_id
 from theseus.ui.follow import RunLog
 
 
-def origin(run: RunLog) -> tuple[str, str, int] | None:
-    """``(name, nonce, seq)`` of the node the run branched from, None for a fresh lineage.
+def origin(run: RunLog, parent: str | None) -> tuple[str, str, int] | None:
+    """``(name, nonce, seq)`` of the node the run branched from (``parent``: the parent id of its first
+    node), None for a fresh lineage.
 
-    >>> origin(RunLog("a", "abcdef")) is None
+    >>> origin(RunLog("a", "abcdef"), None) is None
     True
     """
-    if not run.facts.origin:  # the parent of its first node, worked out when the run was folded
+    if not parent:
         return None
-    name, nonce, seq = decode_id(run.facts.origin)
+    name, nonce, seq = decode_id(parent)
     return None if nonce == run.nonce else (name, nonce, seq)
 
 
-def family(runs: dict[str, RunLog], nonce: str) -> dict[str, Any]:
+def family(runs: dict[str, RunLog], nonce: str, parents: dict[str, str | None]) -> dict[str, Any]:
     """The tree of runs around ``nonce``: ``{name, nonce, from_seq, children: [...]}`` from its oldest
-    ancestor in the root (``outside``: the node id of an ancestor run the root does not hold).
+    ancestor in the root (``outside``: the node id of an ancestor run the root does not hold);
+    ``parents``: the parent id of each run's first node (``Follower.origins``).
 
-    >>> family({"abcdef": RunLog("a", "abcdef")}, "abcdef")["children"]
+    >>> family({"abcdef": RunLog("a", "abcdef")}, "abcdef", {})["children"]
     []
     """
-    origins = {n: origin(run) for n, run in runs.items()}
+    origins = {n: origin(run, parents.get(n)) for n, run in runs.items()}
     top, outside, seen = nonce, None, set()
     while origins.get(top) is not None and top not in seen:
         seen.add(top)

@@ -78,7 +78,7 @@ def run_page(store: Store, follower: Follower, nonce: str, with_audit: bool = Tr
     """
     check_nonce(nonce)
     run = follower.run(nonce)
-    page = {"row": row(run), "config": config_text(run), "lineage": family(follower.runs, nonce),
+    page = {"row": row(run), "config": config_text(run), "lineage": family(follower.runs, nonce, follower.origins()),
             "checkpoints": checkpoints(run), "evals": evaluations(run), "error": run.latest(schema.ERROR),
             "resumes": [], "audit": None}
     if with_audit:

@@ -117,7 +117,7 @@ def create_app(root: str | os.PathLike, stale_after_s: float = STALE_AFTER_S, ho
         raise ValueError(f"stale_after_s must be positive, got {stale_after_s}")
     api = Api(store, stale_after_s)
     api.refresh()  # the first read happens before the server starts: a broken root fails here
-    api.rows(), api.keys()  # worked out once, before the first page asks (config keys: when first asked)
+    api.keys()  # from the summaries: the rows are made when a page asks for them (config keys: when first asked)
 
     async def index(request):
         return FileResponse(STATIC / "index.html", headers={"cache-control": "no-cache"})

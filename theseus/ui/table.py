@@ -23,19 +23,20 @@ one of its nodes does; a ``config.`` condition tests the run's config value.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
-import polars as pl
 import yaml
 
 from theseus.store import Store, schema
-from theseus.store.cursor import OPS, _check_where_type, _unknown_key
+from theseus.store.cursor import OPS, UnknownKey
 from theseus.store.nonces import ambiguous
-from theseus.store.reader import value_expr
+from theseus.store.segments import CorruptSegment
 from theseus.ui.configs import config_value, run_config
 from theseus.ui.follow import RunLog
 from theseus.ui.status import STALE_AFTER_S, run_status
@@ -44,11 +45,14 @@ MAIN_METRICS = ("train/loss", "val/loss", "train/tokens")
 CONFIG = "config."
 UNREADABLE = "unreadable"  # the status of a run holding a segment that cannot be read
 BASE_COLUMNS = ("name", "nonce", "job", "status", "nodes", "last seq", "written")
+MAX_CONFIGS = 20_000  # runs' parsed configs kept
+NONCE_LENGTH = 6  # hex digits
+CONFIG_CHUNK = 5000  # runs whose configs are read and tested together
 _CONDITION = re.compile(r"^\s*(\S+?)\s*(==|!=|<=|>=|<|>|\bin\b)\s*(.+?)\s*$")
 
 
 def row(run: RunLog, extra: Iterable[str] = (), now: int | None = None,
-        stale_after_s: float = STALE_AFTER_S) -> dict[str, Any]:
+        stale_after_s: float = STALE_AFTER_S, configs: Configs | None = None) -> dict[str, Any]:
     """The table row of one run (``extra``: more columns, see the module's docstring).
 
     >>> row(RunLog("a.b.c", "abcdef"), now=0)["status"]
@@ -78,7 +82,8 @@ def row(run: RunLog, extra: Iterable[str] = (), now: int | None = None,
     config = None
     for key in extra:
         if key.startswith(CONFIG):
-            config = run_config(run) if config is None else config
+            if config is None:
+                config = run_config(run) if configs is None else configs.of([run])[run.nonce]
             found[key] = config_value(config, key[len(CONFIG):])
         else:
             found[key] = run.latest(schema.check_user_key(key))
@@ -107,9 +112,20 @@ class Rows:
     'running'
     """
 
-    def __init__(self, stale_after_s: float = STALE_AFTER_S):
+    def __init__(self, stale_after_s: float = STALE_AFTER_S, configs: Configs | None = None):
         self.stale_after_s = stale_after_s
+        self.configs = configs
         self._cache: dict[str, tuple[int, tuple, dict, tuple]] = {}  # nonce -> (version, extra, row, status inputs)
+
+    def stale(self, runs: Iterable[RunLog], extra: Iterable[str] = ()) -> list[RunLog]:
+        """The runs among ``runs`` whose rows (with columns ``extra``) are not in the cache as they are now.
+
+        >>> Rows().stale([RunLog("a.b.c", "abcdef")])[0].nonce
+        'abcdef'
+        """
+        extra = tuple(extra)
+        return [run for run in runs if (hit := self._cache.get(run.nonce)) is None or hit[0] != run.version
+                or hit[1] != extra]
 
     def rows(self, runs: Iterable[RunLog], extra: Iterable[str] = (), now: int | None = None) -> list[dict[str, Any]]:
         """Like :func:`rows`, from the cache where the run has not changed."""
@@ -119,7 +135,7 @@ class Rows:
         for run in runs:
             hit = self._cache.get(run.nonce)
             if hit is None or hit[0] != run.version or hit[1] != extra:
-                made = row(run, extra, now, self.stale_after_s)
+                made = row(run, extra, now, self.stale_after_s, self.configs)
                 inputs = (run.latest(schema.STATUS), run.latest(schema.FINISHED))
                 hit = self._cache[run.nonce] = (run.version, extra, made, inputs)
             made = dict(hit[2])
@@ -153,10 +169,11 @@ def parse_condition(text: str) -> tuple[str, str, Any]:
     return key, op, value
 
 
-def matching(store: Store, runs: dict[str, RunLog], conditions: Iterable[tuple[str, str, Any]]) -> set[str]:
-    """The nonces of the runs meeting every condition: metric conditions through the cursor's
-    ``where`` (unknown keys and wrong value types raise its errors), ``config.`` ones on the
-    run's config.
+def matching(store: Store, runs: dict[str, RunLog], conditions: Iterable[tuple[str, str, Any]],
+             configs: Configs | None = None) -> set[str]:
+    """The nonces of the runs meeting every condition: a metric condition by one query of the store
+    (the cursor's ``where`` over the whole root, read for the distinct runs: unknown keys and wrong value
+    types raise its errors), a ``config.`` one on each run's config (``configs``: parsed once per version).
 
     >>> import tempfile
     >>> from theseus.store import Node
@@ -169,110 +186,93 @@ def matching(store: Store, runs: dict[str, RunLog], conditions: Iterable[tuple[s
     >>> matching(store, follower.runs, [("train/loss", "<", 2)]) == {a.nonce}
     True
     """
+    configs = configs or Configs()
+    conditions = list(conditions)
     keep = set(runs)
+    for key, op, value in conditions:  # the store's conditions first: they raise on a bad key or value
+        if not key.startswith(CONFIG):
+            keep &= store_matching(store, key, op, tuple(value) if op == "in" else value, set(runs))
     for key, op, value in conditions:
         if key.startswith(CONFIG):
-            keep = {n for n in keep if _holds(config_value(run_config(runs[n]), key[len(CONFIG):]), op, value)}
-        else:
-            found = store.find().where(key, op, tuple(value) if op == "in" else value).frame(keys=[key])
-            keep &= set(found.select("nonce").unique().collect()["nonce"].to_list())
+            keep = configs.matching([runs[n] for n in sorted(keep)], key[len(CONFIG):], op, value)
     return keep
 
 
-class HeldValues:
-    """The values of a key at each node of a run, from the records the server holds (``RunLog.rows``),
-    worked out once per version of the run and key: what ``/api/filter`` tests conditions on,
-    with no read of the store.
-
-    >>> held = HeldValues()
-    >>> held.of(RunLog("a", "abcdef"), "train/loss")
-    (None, [])
-    """
-
-    def __init__(self):
-        self._cache: dict[tuple[str, str], tuple[int, str | None, list]] = {}  # (nonce, key) -> (version, kind, values)
-        self._configs: dict[str, tuple[int, dict]] = {}  # nonce -> (version, flattened config)
-
-    def of(self, run: RunLog, key: str) -> tuple[str | None, list]:
-        """``(type, values)`` of ``key`` at each node of ``run`` holding it (type None: it holds none)."""
-        hit = self._cache.get((run.nonce, key))
-        if hit is None or hit[0] != run.version:
-            rows = run.rows.filter(pl.col("key") == key)
-            kind, values = None, []
-            for column in ("str", "bool", "int", "float"):  # the widest type the run holds the key as
-                if rows.height and rows[column].null_count() < rows.height:
-                    kind = column if kind is None else schema.merge_types(kind, column)
-            if kind is not None:
-                values = rows.select(value_expr(kind)).to_series().drop_nulls().to_list()
-            hit = self._cache[(run.nonce, key)] = (run.version, kind, values)
-        return hit[1], hit[2]
-
-    def config(self, run: RunLog) -> dict[str, Any]:
-        """The run's flattened config (:func:`run_config`), parsed once per version."""
-        hit = self._configs.get(run.nonce)
-        if hit is None or hit[0] != run.version:
-            hit = self._configs[run.nonce] = (run.version, run_config(run))
-        return hit[1]
-
-
-def held_matching(runs: dict[str, RunLog], conditions: Iterable[tuple[str, str, Any]], held: HeldValues,
-                  known: Iterable[str]) -> set[str]:
-    """Like :func:`matching`, from the records the server holds: a run meets a metric condition when
-    one of its nodes does (the cursor's ``where`` errors for a key none of ``known`` (the keys logged)
-    names or a value of the wrong type); a ``config.`` one tests the run's config.
+def store_matching(store: Store, key: str, op: str, value: Any, nonces: set[str], prefix: str = "") -> set[str]:
+    """The nonces of the runs (those whose nonce starts with ``prefix``) with a node meeting ``key op value``:
+    one cursor query; where a segment cannot be read, the same query over the prefixes one hex digit
+    longer that some of ``nonces`` (the runs known) start with, so only the run holding it is left out
+    (its row says why).
 
     >>> import tempfile
     >>> from theseus.store import Node
-    >>> from theseus.ui.follow import Follower
-    >>> store = Store(tempfile.mkdtemp())
-    >>> a, b = Node.start("doc.h.a"), Node.start("doc.h.b")
+    >>> store, a = Store(tempfile.mkdtemp()), Node.start("doc.s.a")
     >>> with store.writer() as w:
-    ...     w.write(a, {"train/loss": 1.0}); w.write(b, {"train/loss": 3.0})
-    >>> follower = Follower(store); _ = follower.poll()
-    >>> held_matching(follower.runs, [("train/loss", "<", 2)], HeldValues(), ["train/loss"]) == {a.nonce}
+    ...     w.write(a, {"train/loss": 1.0})
+    >>> store_matching(store, "train/loss", "<", 2, {a.nonce}) == {a.nonce}
     True
     """
-    keep = set(runs)
-    known = set(known)
-    for key, op, value in conditions:
-        if key.startswith(CONFIG):
-            keep = {n for n in keep if _holds(config_value(held.config(runs[n]), key[len(CONFIG):]), op, value)}
-            continue
-        schema.check_user_key(key)
-        if key not in known:
-            _unknown_key(key, dict.fromkeys(known, "float"))
-        for kind in {runs[n].facts.types[key] for n in keep if key in runs[n].facts.types}:
-            _check_where_type(key, kind, op, tuple(value) if op == "in" else value)
-        keep = {n for n in keep if _run_holds(runs[n], key, op, value, held)}
-    return keep
-
-
-def _run_holds(run: RunLog, key: str, op: str, value: Any, held: HeldValues) -> bool:
-    """Whether a node of ``run`` meets ``key op value``: from the key's range where that answers (an
-    order on numbers; a value outside the range is never equal), else from its values."""
-    kind = run.facts.types.get(key)
-    if kind is None:
-        return False
-    if kind in ("int", "float"):
-        if key not in run.facts.ranges:
-            return False  # NaN alone: it never compares
-        lo, hi = run.facts.ranges[key]
-        if op in ("<", "<=", ">", ">="):
-            return {"<": lo < value, "<=": lo <= value, ">": hi > value, ">=": hi >= value}[op]
-        if op == "==" and not lo <= value <= hi or op == "in" and not any(lo <= v <= hi for v in value):
-            return False
-    return any(_node_holds(v, op, value) for v in held.of(run, key)[1])
-
-
-def _node_holds(have: Any, op: str, value: Any) -> bool:
-    """Whether one node's value meets ``op value`` (NaN never does, as in the cursor's ``where``)."""
-    if op == "in":
-        return have in value
+    cursor = dataclasses.replace(store.find(), nonce_glob=prefix + "*") if prefix else store.find()
     try:
-        return {"==": have == value, "!=": have != value, "<": have < value, "<=": have <= value, ">": have > value,
-                ">=": have >= value}[op]
-    except TypeError:
-        return False
+        found = cursor.where(key, op, value).frame(keys=[key]).select("nonce").unique().collect()
+        return set(found["nonce"].to_list())
+    except CorruptSegment:
+        if len(prefix) == NONCE_LENGTH:
+            return set()  # the run that cannot be read
+    found, answered, unknown = set(), False, None
+    for longer in sorted({n[:len(prefix) + 1] for n in nonces if n.startswith(prefix)}):
+        try:
+            found |= store_matching(store, key, op, value, nonces, longer)
+            answered = True
+        except UnknownKey as e:  # no run under this prefix logged the key
+            unknown = e
+    if not answered and unknown is not None and not prefix:
+        raise unknown
+    return found
+
+
+class Configs:
+    """Runs' configs, flattened (:func:`run_config`), parsed once per run version; at most ``most`` kept
+    (least recently used out), read ``CONFIG_CHUNK`` runs at a time.
+
+    >>> Configs().of([RunLog("a", "abcdef")])
+    {'abcdef': {}}
+    """
+
+    def __init__(self, most: int = MAX_CONFIGS):
+        self.most = most
+        self._cache: OrderedDict[str, tuple[int, dict]] = OrderedDict()  # nonce -> (version, flattened config)
+
+    def of(self, runs: list[RunLog]) -> dict[str, dict[str, Any]]:
+        """``{nonce: flattened config}`` of ``runs`` (at most ``most`` at a time to stay bounded)."""
+        found = {}
+        for start in range(0, len(runs), CONFIG_CHUNK):
+            found.update(self._chunk(runs[start:start + CONFIG_CHUNK]))
+        return found
+
+    def matching(self, runs: list[RunLog], key: str, op: str, value: Any) -> set[str]:
+        """The nonces of ``runs`` whose config value at dotted ``key`` meets ``op value``."""
+        keep = set()
+        for start in range(0, len(runs), CONFIG_CHUNK):
+            chunk = self._chunk(runs[start:start + CONFIG_CHUNK])
+            keep.update(n for n, flat in chunk.items() if _holds(config_value(flat, key), op, value))
+        return keep
+
+    def _chunk(self, runs: list[RunLog]) -> dict[str, dict[str, Any]]:
+        missing = [run for run in runs if self._cache.get(run.nonce, (-1,))[0] != run.version]
+        batch = [run for run in missing if run.records is not None and run.held is None]
+        if batch:  # the config texts of every run not parsed yet, in one scan
+            batch[0].records.latest(schema.CONFIG, batch)
+        found = {}
+        for run in runs:
+            hit = self._cache.get(run.nonce)
+            if hit is None or hit[0] != run.version:
+                hit = self._cache[run.nonce] = (run.version, run_config(run))
+            self._cache.move_to_end(run.nonce)
+            found[run.nonce] = hit[1]
+        while len(self._cache) > self.most:
+            self._cache.popitem(last=False)
+        return found
 
 
 def _holds(have: Any, op: str, value: Any) -> bool:
