@@ -37,7 +37,7 @@ from theseus.store.summary import UnreadableRun
 
 MAX_RUNS = 64  # runs whose records are held at once (the pages and charts open)
 MAX_BYTES = 256 * 2**20  # and at most this many bytes of them (one large run alone is still read)
-MAX_VALUES = 200_000  # latest values kept per key (one per run)
+MAX_VALUES = 20_000  # latest values kept per key (one per run; a config's text is kilobytes)
 MAX_KEYS = 16  # keys whose latest values are kept
 VALUE_COLUMNS = ("float", "int", "bool", "str")
 KEEP = ["node", "seq", "parent", "stamp", "writer", "key", "float", "int", "bool", "str"]

@@ -47,6 +47,7 @@ UNREADABLE = "unreadable"  # the status of a run holding a segment that cannot b
 BASE_COLUMNS = ("name", "nonce", "job", "status", "nodes", "last seq", "written")
 MAX_CONFIGS = 20_000  # runs' parsed configs kept
 NONCE_LENGTH = 6  # hex digits
+MAX_CONFIG_KEYS = 16  # dotted config keys whose values are kept per run
 CONFIG_CHUNK = 5000  # runs whose configs are read and tested together
 _CONDITION = re.compile(r"^\s*(\S+?)\s*(==|!=|<=|>=|<|>|\bin\b)\s*(.+?)\s*$")
 
@@ -242,6 +243,9 @@ class Configs:
     def __init__(self, most: int = MAX_CONFIGS):
         self.most = most
         self._cache: OrderedDict[str, tuple[int, dict]] = OrderedDict()  # nonce -> (version, flattened config)
+        # the value at a dotted key of each run's config, for the keys conditions named last: a condition typed
+        # again (another value, another op) tests those values without reading a config
+        self._values: OrderedDict[str, dict[str, tuple[int, Any]]] = OrderedDict()  # key -> nonce -> (version, value)
 
     def of(self, runs: list[RunLog]) -> dict[str, dict[str, Any]]:
         """``{nonce: flattened config}`` of ``runs`` (at most ``most`` at a time to stay bounded)."""
@@ -251,12 +255,21 @@ class Configs:
         return found
 
     def matching(self, runs: list[RunLog], key: str, op: str, value: Any) -> set[str]:
-        """The nonces of ``runs`` whose config value at dotted ``key`` meets ``op value``."""
-        keep = set()
-        for start in range(0, len(runs), CONFIG_CHUNK):
-            chunk = self._chunk(runs[start:start + CONFIG_CHUNK])
-            keep.update(n for n, flat in chunk.items() if _holds(config_value(flat, key), op, value))
-        return keep
+        """The nonces of ``runs`` whose config value at dotted ``key`` meets ``op value``.
+
+        >>> Configs().matching([RunLog("a", "abcdef")], "optimization.lr", "==", 0.1)
+        set()
+        """
+        values = self._values.setdefault(key, {})
+        self._values.move_to_end(key)
+        while len(self._values) > MAX_CONFIG_KEYS:
+            self._values.popitem(last=False)
+        stale = [run for run in runs if values.get(run.nonce, (-1,))[0] != run.version]
+        for start in range(0, len(stale), CONFIG_CHUNK):
+            part = stale[start:start + CONFIG_CHUNK]
+            flats = self._chunk(part)
+            values.update((run.nonce, (run.version, config_value(flats[run.nonce], key))) for run in part)
+        return {run.nonce for run in runs if _holds(values[run.nonce][1], op, value)}
 
     def _chunk(self, runs: list[RunLog]) -> dict[str, dict[str, Any]]:
         missing = [run for run in runs if self._cache.get(run.nonce, (-1,))[0] != run.version]
