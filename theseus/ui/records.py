@@ -24,6 +24,7 @@ version, a bounded number per key.
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections import OrderedDict
 from typing import Any, Protocol
@@ -75,6 +76,7 @@ class Records:
         # nonce -> (segments read, folded rows, their bytes)
         self._rows: OrderedDict[str, tuple[frozenset, pl.DataFrame, int]] = OrderedDict()
         self._bytes = 0
+        self._lock = threading.RLock()  # requests are served from a thread pool: one reader of the cache at a time
         # key -> nonce -> (run version, latest value)
         self._values: OrderedDict[str, OrderedDict[str, tuple[int, Any]]] = OrderedDict()
 
@@ -86,6 +88,10 @@ class Records:
         """The run's folded records (one row per node and key, the latest write winning), in (seq, key)
         order: from the cache while its segments are those read, else read (the new segments only when
         the run only gained some)."""
+        with self._lock:
+            return self._rows_of(run)
+
+    def _rows_of(self, run: _Run) -> pl.DataFrame:
         segments = frozenset(run.segments)
         hit = self._rows.get(run.nonce)
         if hit is not None and hit[0] == segments:
@@ -122,6 +128,10 @@ class Records:
         """``{nonce: value}`` of ``key``'s latest record (by write stamp, then writer) in each of ``runs``
         (None where it has none): from the values kept for the run's version, the records held, or one
         scan of the other runs' segments together."""
+        with self._lock:
+            return self._latest(key, runs)
+
+    def _latest(self, key: str, runs: list[_Run]) -> dict[str, Any]:
         kept = self._values.setdefault(key, OrderedDict())
         self._values.move_to_end(key)
         while len(self._values) > MAX_KEYS:
