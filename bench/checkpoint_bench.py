@@ -98,14 +98,14 @@ def main() -> None:
                 print(f"  run {i} {name:8s} save {save_s:6.3f}s  restore {restore_s:6.3f}s")
                 best[name] = [min(best[name][0], save_s), min(best[name][1], restore_s)]
         t0 = time.perf_counter()
-        ckpt.restore(f"{root}/theseus-0", abstract(state), verify=True)
-        verify_s = time.perf_counter() - t0
+        ckpt.restore(f"{root}/theseus-0", abstract(state), verify=False)
+        unchecked_s = time.perf_counter() - t0
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
     (ts_save, ts_restore), (ob_save, ob_restore) = best["theseus"], best["orbax"]
     print(f"theseus: save {ts_save:.3f}s  restore {ts_restore:.3f}s  total {ts_save + ts_restore:.3f}s"
-          f"  ({nbytes / 2**20 / ts_save:.0f} MiB/s save; restore with verify=True {verify_s:.3f}s)")
+          f"  ({nbytes / 2**20 / ts_save:.0f} MiB/s save; unchecked restore, verify=False, {unchecked_s:.3f}s)")
     print(f"orbax:   save {ob_save:.3f}s  restore {ob_restore:.3f}s  total {ob_save + ob_restore:.3f}s")
     print(f"ratio theseus/orbax: save {ts_save / ob_save:.2f}x  restore {ts_restore / ob_restore:.2f}x  "
           f"total {(ts_save + ts_restore) / (ob_save + ob_restore):.2f}x")

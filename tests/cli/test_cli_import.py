@@ -82,7 +82,7 @@ def test_audit_and_verify_name_the_file_to_import_and_work_once_it_is(tmp_path):
     code, out = theseus("--import", path, "audit", root, "--no-checksums")
     assert code == 1 and "unregistered-job" not in out
     code, out = theseus("--import", path, "verify", root, node.id)
-    assert code == 2 and "not registered" not in out and "config.yaml" in out  # on to the checkpoint itself
+    assert code == 2 and "not registered" not in out and "no MANIFEST.json" in out  # on to the checkpoint itself
 
 
 @pytest.mark.slow

@@ -192,7 +192,7 @@ def test_verify_names_the_file_to_import_before_it_loads_a_trainer(tmp_path):
         verify(str(root), tip.id, 1)
     assert loaded_from(path) == []
     import_experiment(path)
-    with pytest.raises(FileNotFoundError, match="config.yaml"):  # past the job check: on to the checkpoint
+    with pytest.raises(FileNotFoundError, match="no MANIFEST.json"):  # past the job check: on to the checkpoint
         verify(str(root), tip.id, 1)
 
 

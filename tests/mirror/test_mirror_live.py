@@ -30,7 +30,8 @@ def root(tmp_path_factory):
 
 def assert_mirrors(mirrored: dict, stored: dict, as_float32: bool = False) -> None:
     """Every step and key of the store is mirrored with the same value (as float32 where the format stores that)."""
-    assert sorted(stored) == [1, 2, 3, 4, 5, 6] and "val/loss" in stored[3] and "train/loss" in stored[1]
+    assert sorted(stored) == [0, 1, 2, 3, 4, 5, 6] and "val/loss" in stored[3] and "train/loss" in stored[1]
+    assert stored[0] == {"train/step": 0.0, "train/tokens": 0.0}  # the start node, placed against steps and tokens
     assert sorted(mirrored) == sorted(stored)
     cast = np.float32 if as_float32 else float
     for step, values in stored.items():
@@ -104,9 +105,9 @@ def test_a_mirror_that_fails_costs_one_warning_and_no_report(root, tmp_path):
     finally:
         logger.remove(sink)
     stored = reports(root, job.node.nonce)
-    assert sorted(stored) == [1, 2, 3, 4, 5, 6]  # the run went on, the store holds every report
+    assert sorted(stored) == [0, 1, 2, 3, 4, 5, 6]  # the run went on, the store holds every report
     assert Store(str(root)).run_record(job.node.nonce)["_status"] == "finished"
     mirror_lines = [w for w in warnings if w.startswith("MIRROR")]
     assert len(mirror_lines) == 2, mirror_lines  # the failure, once, and the summary at the end
     assert "failed" in mirror_lines[0] and "training goes on" in mirror_lines[0]
-    assert "0 of 6 reports mirrored, 0 dropped (queue full), 6 not mirrored" in mirror_lines[1]
+    assert "0 of 7 reports mirrored, 0 dropped (queue full), 7 not mirrored" in mirror_lines[1]

@@ -143,12 +143,15 @@ class Pretrain(Recipe, Job):
             return False
 
     def _report(self, step: int, metrics: dict[str, Any]) -> None:
-        node = self._node_at(step)
+        self._record(step, metrics)
+        self.node = self._node_at(step)
+
+    def _record(self, step: int, metrics: dict[str, Any]) -> None:
+        """Write ``metrics`` on ``step``'s node and mirror them live, so the mirror holds what the store does."""
         if self.writer is not None:
-            self.writer.write(node, metrics)
+            self.writer.write(self._node_at(step), metrics)
             if self.primary and self.config.logging.remote:
                 self._mirrored().report(step, metrics)
-        self.node = node
 
     def _mirrored(self) -> Mirror:
         """The live mirror of this run's reports (`theseus.mirror`), started at the first report."""
@@ -175,8 +178,7 @@ class Pretrain(Recipe, Job):
 
     def _start(self) -> None:
         """Place the node this job starts from (the job record's node) against steps and tokens."""
-        if self.writer is not None:
-            self.writer.write(self._node_at(self.trainer.step), self.trainer.position())
+        self._record(self.trainer.step, self.trainer.position())
 
     def _write_artifact(self, step: int, name: str, data: bytes) -> str:
         """Publish ``data`` as ``analysis/<name>`` in ``step``'s node folder, then record that folder (commit order)
