@@ -26,7 +26,7 @@ from theseus.store import trust
 from theseus.store.layout import ANALYSIS, CONFIG_FILE, JOB_FILE, OBJECTS
 from theseus.store.manifest import MANIFEST, FileEntry
 from theseus.store.manifest import parse as parse_manifest
-from theseus.store.node import Node
+from theseus.store.node import describe
 
 
 def folder_of(path: str) -> str:
@@ -190,8 +190,8 @@ def _judge(node, seq, path, listed, present, hashed, verify, found, cache) -> Ch
             bad("corrupt-file", rel, f"{where}: sha256 {digest[:16]}... != {entry.sha256[:16]}... in {MANIFEST}")
     owner = _saved_for(parsed.get(JOB_FILE))
     if owner is not None and owner != node:
-        found.append(Problem("wrong-node", path, f"checkpoint {path} of {_label(node)} holds the checkpoint of "
-                             f"{_label(owner)} (its {JOB_FILE}): folders swapped or copied; restoring it is refused"))
+        found.append(Problem("wrong-node", path, f"checkpoint {path} of {describe(node)} holds the checkpoint of "
+                             f"{describe(owner)} (its {JOB_FILE}): folders swapped or copied; restoring it is refused"))
     if config is None and CONFIG_FILE not in listed:
         found.append(Problem("no-config", path, f"checkpoint {path} has no {CONFIG_FILE}", WARNING))
     errors = sum(p.severity == ERROR for p in found)
@@ -207,17 +207,4 @@ def _saved_for(job: Any) -> str | None:
     """
     node = job.get("node") if isinstance(job, dict) else None
     return node if isinstance(node, str) and node else None
-
-
-def _label(node_id: str) -> str:
-    """``node <id> (seq <k> of <name>:<nonce>)``, or the id alone when it is malformed.
-
-    >>> _label("Z2VuZXJhbC5kZWZhdWx0LmE6YWJjMTIzOjM"), _label("??")
-    ('node Z2VuZXJhbC5kZWZhdWx0LmE6YWJjMTIzOjM (seq 3 of general.default.a:abc123)', 'node ??')
-    """
-    try:
-        node = Node.from_id(node_id)
-    except ValueError:
-        return f"node {node_id}"
-    return f"node {node_id} (seq {node.seq} of {node.name}:{node.nonce})"
 

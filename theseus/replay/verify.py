@@ -26,6 +26,7 @@ from theseus.jobs import get_job
 from theseus.store import EmptyResult, Node, Store, trust
 from theseus.store import fs as rootfs
 from theseus.store.layout import CONFIG_FILE
+from theseus.store.node import describe
 from theseus.store.schema import CHECKPOINT, CONFIG, JOB, JOB_SOURCE
 from theseus.train import manifest as mf
 from theseus.train.jobs import recorded_step
@@ -163,17 +164,8 @@ def checkpoint_of(store: Store, node: str | Node) -> tuple[Node, str]:
     try:  # the rule audit and resume apply: only a folder inside the root is followed
         folder = trust.checkpoint_folder(store.fs, store.path(), path)
     except ValueError as e:
-        raise ValueError(f"node {node.id} ({node.name}:{node.nonce}:{node.seq}): {e}") from None
+        raise ValueError(f"{describe(node.id)}: {e}") from None
     return node, rootfs.url(store.fs, folder)
-
-
-def label(node: Node) -> str:
-    """How errors name a node: ``node <id> (<name>:<nonce>:<seq>)``.
-
-    >>> label(Node("general.default.a", "abc123", 3))
-    'node Z2VuZXJhbC5kZWZhdWx0LmE6YWJjMTIzOjM (general.default.a:abc123:3)'
-    """
-    return f"node {node.id} ({node.name}:{node.nonce}:{node.seq})"
 
 
 def checkpoint_config(node: Node, folder: str) -> str:
@@ -189,7 +181,7 @@ def checkpoint_config(node: Node, folder: str) -> str:
     try:
         return mf.Sealed(folder).read(CONFIG_FILE).decode()
     except (FileNotFoundError, ValueError) as e:  # DamagedFolder is a ValueError
-        raise type(e)(f"checkpoint of {label(node)}: {e}") from None
+        raise type(e)(f"checkpoint of {describe(node.id)}: {e}") from None
 
 
 def step_of(store: Store, node: Node) -> int | None:

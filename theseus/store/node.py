@@ -101,6 +101,20 @@ def decode_id(node_id: str) -> tuple[str, str, int]:
     return name, nonce, seq_int
 
 
+def describe(node_id: str) -> str:
+    """How messages name a node: ``node <id> (<name>:<nonce>:<seq>)``, or ``node <id>`` when the id is
+    malformed (a message about a bad folder must not fail on a bad id).
+
+    >>> describe("Z2VuZXJhbC5kZWZhdWx0LmE6YWJjMTIzOjM"), describe("??")
+    ('node Z2VuZXJhbC5kZWZhdWx0LmE6YWJjMTIzOjM (general.default.a:abc123:3)', 'node ??')
+    """
+    try:
+        name, nonce, seq = decode_id(node_id)
+    except ValueError:
+        return f"node {node_id}"
+    return f"node {node_id} ({name}:{nonce}:{seq})"
+
+
 def draw_nonce() -> str:
     """A random nonce (3 random bytes in hex); :meth:`Node.start` draws through it.
 

@@ -54,7 +54,7 @@ from theseus.model.debug import DebugResult, capture, find_modules, normalize_pa
 from theseus.model.gpt import count_params
 from theseus.model.layers.mlp import MLP
 from theseus.store.layout import CONFIG_FILE, RNG_FILE
-from theseus.store.node import Node
+from theseus.store.node import describe as describe_node
 from theseus.train import autobatch, mfu
 from theseus.train import checkpoint as ckpt
 from theseus.train import manifest as mf
@@ -427,7 +427,7 @@ class Trainer:
         sealed = mf.Sealed(folder)
         owner = ckpt.saved_for(sealed, verify)
         if node is not None and owner is not None and owner != node.id:
-            raise mf.DamagedFolder(f"{folder} holds the checkpoint of node {owner} ({_label(owner)}), not of "
+            raise mf.DamagedFolder(f"{folder} holds the checkpoint of {describe_node(owner)}, not of "
                                    f"node {node.id}: not restored")
         if RNG_FILE in sealed.listed:
             rng_text = sealed.read(RNG_FILE, check=verify).decode()
@@ -913,11 +913,4 @@ class Trainer:
                 f"mesh={dict(self.mesh.shape)})")
 
 
-def _label(node_id: str) -> str:
-    """``name:nonce:seq`` of a node id, or what is wrong with it."""
-    try:
-        node = Node.from_id(node_id)
-    except ValueError:
-        return "not a node id"
-    return f"{node.name}:{node.nonce}:{node.seq}"
 
