@@ -118,6 +118,20 @@ def test_missing_dataset_names_the_job(tmp_path):
         open_dataset(tmp_path, "alpaca-sft", hint="data/tokenize/alpaca")
 
 
+def test_missing_dataset_names_close_datasets_and_the_tokenize_jobs_that_exist(tmp_path):
+    write_contiguous(tmp_path, "pydoc", np.arange(10), np.arange(2))
+    with pytest.raises(DatasetNotFound) as e:
+        open_dataset(tmp_path, "pydocs")
+    msg = str(e.value)
+    assert "(available: pydoc; did you mean 'pydoc'?)" in msg
+    assert "no tokenize job is registered as 'data/tokenize/pydocs' (did you mean data/tokenize/pydoc?)" in msg
+    assert "the tokenize jobs are data/tokenize/addition, data/tokenize/alpaca, data/tokenize/fineweb" in msg
+    assert "theseus run data/tokenize/pydocs" not in msg  # never a command that cannot run
+    with pytest.raises(DatasetNotFound) as e:  # a registered job: the command to run, no list
+        open_dataset(tmp_path, "fineweb")
+    assert "did you mean" not in str(e.value) and "theseus run data/tokenize/fineweb <run-name>" in str(e.value)
+
+
 def test_list_ignores_incomplete_and_hidden(tmp_path):
     write_contiguous(tmp_path, "good", np.arange(10), np.arange(2))
     (tmp_path / "data" / "half").mkdir()

@@ -72,6 +72,17 @@ def test_run_bad_input_exits_2_and_writes_nothing(tmp_path, args, message):
     assert not os.path.exists(root)
 
 
+@pytest.mark.slow
+def test_run_on_a_misspelt_dataset_exits_2_naming_the_close_dataset_and_jobs(tmp_path):
+    root = str(tmp_path)
+    assert runner.invoke(app, ["run", "data/tokenize/pydoc", "tok", root, "data.max_samples=3"]).exit_code == 0
+    result = runner.invoke(app, ["run", "gpt/train/pretrain", "t", root, "data.dataset=pydocs"])
+    out = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "(available: pydoc; did you mean 'pydoc'?)" in out and "Traceback" not in out
+    assert "no tokenize job is registered as 'data/tokenize/pydocs' (did you mean data/tokenize/pydoc?)" in out
+
+
 def test_run_into_existing_dataset(tmp_path, log_files):
     root = str(tmp_path)
     assert runner.invoke(app, ["run", "data/tokenize/pydoc", "one", root, "data.max_samples=3"]).exit_code == 0

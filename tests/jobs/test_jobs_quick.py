@@ -153,3 +153,15 @@ def test_resume_hook_restores_job_and_config(tmp_path):
 
 def test_quick_job_is_the_session_class():
     assert QuickJob.__module__ == "theseus.quick"
+
+
+@pytest.mark.slow
+def test_create_on_a_misspelt_dataset_names_the_close_dataset_and_jobs(tmp_path):
+    from theseus.data.store import DatasetNotFound
+
+    with quick(str(tmp_path)) as q:
+        q.build("data/tokenize/pydoc", "tok").config.data.max_samples = 3
+        q()
+        q.build("gpt/train/pretrain", "t").config.data.dataset = "pydocs"
+        with pytest.raises(DatasetNotFound, match=r"did you mean 'pydoc'\?.*did you mean data/tokenize/pydoc\?"):
+            q.create()

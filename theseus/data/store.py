@@ -18,6 +18,7 @@ are ever read back (no pickles).
 from __future__ import annotations
 
 import datetime
+import difflib
 import hashlib
 import json
 import os
@@ -327,16 +328,34 @@ class Dataset:
 
 
 def _not_found(root: str, dataset: str, hint: str | None) -> DatasetNotFound:
+    """The error for a missing ``dataset``: the datasets the root has (the close names named), and the
+    tokenize job ``hint`` to run, or, where no job has that key, the close keys and every tokenize job."""
     job = hint or f"data/tokenize/{dataset}"
     try:
         have = list_datasets(root)
     except Exception:
         have = []
-    available = f" (available: {', '.join(have)})" if have else ""
-    return DatasetNotFound(
-        f"dataset {dataset!r} not found under {data_dir(root)}{available}; "
-        f"run the tokenize job first: theseus run {job} <run-name> {root}"
-    )
+    near = difflib.get_close_matches(dataset, have, n=3, cutoff=0.6)
+    close = f"; did you mean {' or '.join(map(repr, near))}?" if near else ""
+    available = f" (available: {', '.join(have)}{close})" if have else ""
+    return DatasetNotFound(f"dataset {dataset!r} not found under {data_dir(root)}{available}; "
+                           f"{_tokenize_advice(job, root)}")
+
+
+def _tokenize_advice(job: str, root: str) -> str:
+    """How to make the dataset: run ``job``, or, where no job is registered under that key, one of the
+    registered ``data/tokenize/*`` jobs (the close keys named)."""
+    from theseus.jobs import registry  # the tokenize jobs register there; read only on this error path
+
+    prefix = "data/tokenize/"
+    jobs = list(registry(prefix))
+    if not jobs or job in jobs:
+        return f"run the tokenize job first: theseus run {job} <run-name> {root}"
+    names = [key.removeprefix(prefix) for key in jobs]  # matched without the prefix they all share
+    near = [prefix + n for n in difflib.get_close_matches(job.removeprefix(prefix), names, n=3, cutoff=0.6)]
+    close = f" (did you mean {' or '.join(near)}?)" if near else ""
+    return (f"no tokenize job is registered as {job!r}{close}; the tokenize jobs are {', '.join(jobs)} "
+            f"(`theseus jobs data/tokenize` describes them)")
 
 
 def _cache_root(cache_dir: str | None) -> str:
