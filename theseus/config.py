@@ -27,13 +27,14 @@ True
 
 
 import dataclasses
+import decimal
 import difflib
 import warnings
 from collections.abc import Iterable
 from typing import Any
 
 import yaml
-from omegaconf import AnyNode, DictConfig, ListConfig, OmegaConf
+from omegaconf import AnyNode, DictConfig, IntegerNode, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 
@@ -158,7 +159,38 @@ def _typed(node: Any, text: str) -> Any:
         except yaml.YAMLError:
             return text
         return value if isinstance(value, (int, float, bool, str)) else text
+    if isinstance(node, IntegerNode):
+        return _whole(text)
     return str(text)
+
+
+def _whole(text: str) -> int | str:
+    """An int key's override: ``1e9`` or ``2.5e3`` is the int it writes; a number that is not a whole,
+    finite int64 is a ``ConfigError``; plain ints (``1_000``) and non-numbers go on to OmegaConf as text.
+
+    >>> _whole("1e9"), _whole("1_000")
+    (1000000000, '1_000')
+    >>> _whole("1.5e0")
+    Traceback (most recent call last):
+    ...
+    theseus.config.ConfigError: 1.5e0 is not a whole number (the key takes an int)
+    """
+    try:
+        int(text)
+        return str(text)  # OmegaConf converts a plain int itself
+    except ValueError:
+        pass
+    try:
+        number = decimal.Decimal(text.strip())  # exact, unlike float: 1.0000000000000001e16 stays odd
+    except decimal.InvalidOperation:
+        return str(text)
+    if not number.is_finite():
+        raise ConfigError(f"{text} is not a finite number (the key takes an int)")
+    if number.adjusted() > 18 or abs(number) >= 2**63:  # adjusted(): the power of ten of its first digit
+        raise ConfigError(f"{text} is out of the range of a 64-bit int (the key takes an int)")
+    if number != number.to_integral_value():
+        raise ConfigError(f"{text} is not a whole number (the key takes an int)")
+    return int(number)
 
 
 def apply_overrides(cfg: DictConfig, overrides: Iterable[str]) -> DictConfig:
@@ -203,7 +235,10 @@ def _update(cfg: DictConfig, items: list[tuple[str, Any]]) -> DictConfig:
         if not _exists(cfg, key):
             raise ConfigError(f"unknown config key {key!r}{_closest(cfg, key)}")
         if isinstance(value, _Text):
-            value = _typed(_node(cfg, key), value)
+            try:
+                value = _typed(_node(cfg, key), value)
+            except ConfigError as e:
+                raise ConfigError(f"bad value for config key {key!r}: {e}") from None
         try:  # a list is merged so its items become the list's typed elements (a mixture's sources)
             OmegaConf.update(cfg, key, value, merge=isinstance(value, (list, ListConfig)))
         except OmegaConfBaseException as e:

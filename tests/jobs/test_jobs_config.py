@@ -147,3 +147,25 @@ def test_override_values_take_the_keys_type():
     assert apply_overrides(structured(Outer), ["name=007"]).name == "007"
     with pytest.raises(ConfigError, match="cannot parse"):
         apply_overrides(structured(Outer), ["inner.paths=[a, b"])
+
+
+@pytest.mark.parametrize("text, value", [("1e9", 10**9), ("2.5e3", 2500), ("1000.0", 1000), ("-1e3", -1000),
+                                         ("1.0000000000000001e16", 10**16 + 1)])
+def test_an_int_key_takes_a_whole_number_in_scientific_notation(text, value):
+    cfg = apply_overrides(structured(Outer), [f"seed={text}"])
+    assert cfg.seed == value and isinstance(cfg.seed, int)
+
+
+@pytest.mark.parametrize("text, problem", [("1.5e0", "not a whole number"), ("nan", "not a finite number"),
+                                           ("inf", "not a finite number"), ("1e400", "out of the range"),
+                                           ("1e19", "out of the range")])
+def test_an_int_key_refuses_a_number_that_is_not_a_whole_int64(text, problem):
+    with pytest.raises(ConfigError, match=f"bad value for config key 'seed': {text} is {problem}"):
+        apply_overrides(structured(Outer), [f"seed={text}"])
+
+
+def test_a_training_job_takes_its_token_budget_as_1e9():
+    cfg = apply_overrides(get_job("gpt/train/pretrain").defaults(), ["training.tokens=1e9"])
+    assert cfg.training.tokens == 1_000_000_000 and "tokens: 1000000000" in to_yaml(cfg)
+    with pytest.raises(ConfigError, match="'training.tokens': 1.5e0 is not a whole number"):
+        apply_overrides(cfg, ["training.tokens=1.5e0"])
