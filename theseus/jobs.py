@@ -184,13 +184,18 @@ def load_job_modules(modules: Iterable[str] | None = None) -> None:
     import_registering(JOB_MODULES if modules is None else modules, _LOADED)
 
 
-def registry(prefix: str = "") -> dict[str, type[Job]]:
-    """The registered jobs whose key starts with ``prefix``, sorted by key.
+def registry(prefix: str = "", load: bool = True) -> dict[str, type[Job]]:
+    """The registered jobs whose key starts with ``prefix``, sorted by key; with ``load=False`` only those
+    registered so far, ``JOB_MODULES`` not imported (they import JAX: ``theseus jobs`` reads its built-in
+    jobs from `theseus.catalog` instead).
 
     >>> sorted(registry("data/tokenize/"))[:2]
     ['data/tokenize/addition', 'data/tokenize/alpaca']
+    >>> set(registry(load=False)) >= set(registry("data/"))   # loaded above, so registered now
+    True
     """
-    load_job_modules()
+    if load:
+        load_job_modules()
     return {k: _REGISTRY[k] for k in sorted(_REGISTRY) if k.startswith(prefix)}
 
 

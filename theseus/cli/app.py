@@ -23,6 +23,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from theseus import catalog
 from theseus.cli import analyze as analyze_commands
 from theseus.cli import audit as audit_commands
 from theseus.cli import dispatch as dispatch_commands
@@ -37,7 +38,6 @@ from theseus.cli import ui as ui_commands
 from theseus.cli.errors import ROOT_ERRORS, fail, log_to_stderr, message
 from theseus.config import apply_overrides
 from theseus.experiments import ExperimentError, import_experiment
-from theseus.jobs import registry
 from theseus.quick import quick
 
 app = typer.Typer(
@@ -83,12 +83,12 @@ def jobs(prefix: Annotated[str, typer.Argument(help="Only jobs whose key starts 
     True
     """
 
-    found = registry(prefix)
+    found = catalog.jobs(prefix)  # the built-in jobs from catalog.json: their modules import JAX
     if not found:
         fail(f"no job key starts with {prefix!r} (`theseus jobs` lists them all)", 2)
     table = Table("Job", "Description")
-    for key, cls in found.items():
-        table.add_row(key, cls.description)
+    for key, description in found.items():
+        table.add_row(key, description)
     Console().print(table)
 
 

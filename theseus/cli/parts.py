@@ -14,31 +14,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from theseus import catalog
 from theseus.cli.errors import fail
-from theseus.train.parts import KINDS, Part, parts
-
-
-def config_keys(member: type[Part]) -> str:
-    """The config section ``member`` adds its fields to, and each field's default (nested sections by name).
-
-    >>> from theseus.train.parts import get_part
-    >>> config_keys(get_part("loss", "cross-entropy"))
-    'loss: z_loss=0.0'
-    """
-    if member.Config is None:
-        return "-"
-    keys = []
-    for f in dataclasses.fields(member.Config):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        keys.append(f.name if dataclasses.is_dataclass(default) else f"{f.name}={default!r}")
-    return f"{member.section}: {', '.join(keys)}"
+from theseus.train.parts import KINDS
 
 
 def list_parts(kind: Annotated[str | None, typer.Argument(
@@ -55,14 +39,14 @@ def list_parts(kind: Annotated[str | None, typer.Argument(
     """
     if kind is not None and kind not in KINDS:
         fail(f"unknown part kind {kind!r}; the kinds are {', '.join(KINDS)}", 2)
-    found = {kind: parts(kind)} if kind is not None else parts()
+    found = catalog.parts(kind)  # the built-in parts from catalog.json: their modules import JAX
     if not any(found.values()):
         Console(highlight=False).print(f"no {kind} parts are registered")
         return
     table = Table("Kind", "Name", "Config", "Description")
     for each_kind, members in found.items():
-        for name, member in members.items():
-            table.add_row(each_kind, name, config_keys(member), member.description)
+        for name, (config, description) in members.items():
+            table.add_row(each_kind, name, config, description)
     Console().print(table)
 
 

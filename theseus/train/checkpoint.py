@@ -41,7 +41,7 @@ import math
 import re
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -426,6 +426,62 @@ def save(folder: str, state: Any, sidecars: Mapping[str, bytes | str] | None = N
     """
     with Checkpointer() as ckpt:
         ckpt.save(folder, state, sidecars)
+
+
+def save_streamed(folder: str, leaves: Iterable[tuple[str, np.ndarray]],
+                  sidecars: Mapping[str, bytes | str] | None = None) -> None:
+    """Save host arrays as a checkpoint one leaf at a time, from this one process: each ``(name, array)``
+    (``params/wte/embedding``: nested mapping keys joined by ``/``) is written and hashed before the next is
+    asked for, so a state larger than memory is saved in the format `save` writes (one chunk per leaf).
+
+    >>> import tempfile, numpy as np
+    >>> folder = tempfile.mkdtemp() + "/ckpt"
+    >>> save_streamed(folder, iter([("params/w", np.arange(3.0)), ("step", np.int32(0))]))
+    >>> [leaf["path"] for leaf in read_index(folder)["leaves"]], is_complete(folder)
+    (['params/w', 'step'], True)
+    """
+    if jax.process_count() > 1:
+        raise NotImplementedError("save_streamed writes from one process; save a jax.Array state with save()")
+    folder = folder.rstrip("/")
+    sidecar_bytes = _check_sidecars(sidecars)
+    if is_complete(folder):
+        raise ValueError(f"{folder} already holds a committed checkpoint")
+    rootfs.remove_tree_except(folder, ANALYSIS)  # an interrupted save's garbage, as Checkpointer.save clears it
+    context = ts.Context()
+    plans, entries, tree = [], [], {}
+    for name, leaf in leaves:
+        parts = name.split("/")
+        if not parts or any(p in ("", ".", "..") or "\\" in p for p in parts) or _RESERVED.fullmatch(name):
+            raise ValueError(f"leaf name {name!r} cannot be a folder of a checkpoint")
+        data = np.ascontiguousarray(leaf)
+        chunk = tuple(max(d, 1) for d in data.shape)
+        full = tuple((0, d) for d in data.shape)
+        plan = _LeafPlan(name, [["dict", p] for p in parts], tuple(data.shape), data.dtype, chunk,
+                         [(full, data)] if data.size else [])
+        store = ts.open(_zarr_spec(folder, name, plan.shape, plan.dtype, chunk), create=True, context=context).result()
+        if data.size:
+            store.write(data).result()
+        entries.extend(_shard_entry(plan, bounds, array) for bounds, array in plan.shards)
+        plan.shards = []  # the bytes are written and hashed: keep none of them
+        plans.append(plan)
+        node = tree
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        if not isinstance(node, dict) or parts[-1] in node:
+            raise ValueError(f"leaf name {name!r} is used twice or is inside another leaf")
+        node[parts[-1]] = 0
+    metadata = [f"{CHECKPOINT}/{plan.name}/zarr.json" for plan in plans]
+    contents = rootfs.read_many([rootfs.join(folder, rel) for rel in metadata])
+    entries.extend(mf.FileEntry.of_bytes(rel, data) for rel, data in zip(metadata, contents, strict=True))
+    mine = json.dumps({"files": [dataclasses.asdict(e) for e in entries]}).encode()
+    rootfs.write_atomic(rootfs.join(folder, _process_file(0)), mine)
+    files = [mf.FileEntry.of_bytes(_process_file(0), mine), *entries]
+    treedef = str(jax.tree_util.tree_structure(tree))
+    index = {"format": FORMAT, "treedef": treedef, "leaves": [p.index_entry() for p in plans]}
+    for rel, data in {f"{CHECKPOINT}/{INDEX}": json.dumps(index).encode(), **sidecar_bytes}.items():
+        rootfs.write_atomic(rootfs.join(folder, rel), data)
+        files.append(mf.FileEntry.of_bytes(rel, data))
+    mf.write_manifest(folder, files)
 
 
 def is_complete(folder: str) -> bool:

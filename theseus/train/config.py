@@ -121,6 +121,8 @@ class TrainingConfig:
     reads one pass of each val split, at most `validation_steps` batches.
     `warmup_pct`/`decay_pct` are the seed's keys, but the learning-rate schedule reads
     `optimization.warmup_pct`/`decay_pct`: setting these is an error (`check_config`).
+    `init_from` (a node id or a nonce) starts the run from that checkpoint's parameters, architecture and
+    tokenizer, on a new lineage under that node (`theseus.train.init_from`).
 
     >>> TrainingConfig().per_device_batch_size
     -1
@@ -135,6 +137,7 @@ class TrainingConfig:
     evaluate: bool = True
     analyze: bool = True
     validation_steps: int = 2048
+    init_from: str = ""
 
 
 @dataclasses.dataclass

@@ -25,6 +25,7 @@ from theseus.jobs import Job, _NullWriter, job
 from theseus.mirror import Mirror, MirrorRun, open_sink
 from theseus.store import EmptyResult, Node, layout, schema, trust
 from theseus.store import fs as rootfs
+from theseus.train import init_from
 from theseus.train.evals.text import BitsPerByte
 from theseus.train.evaluations import ValidationLoss
 from theseus.train.inspection import Inspection
@@ -81,6 +82,12 @@ class Pretrain(Recipe, Job):
             except ValueError as e:
                 raise ValueError(f"cannot restore node {self.base.id} (seq {self.base.seq} of "
                                  f"{self.base.name}:{self.base.nonce}): {e}") from None
+        source = None  # training.init_from: a new lineage under that node, from its parameters
+        if self.base is None and self.config.training.init_from:
+            source, source_folder, source_config = init_from.source_of(self.store, str(self.config.training.init_from))
+            init_from.adopt(self.config, type(self).defaults(), source_config, self)
+            self.node = Node(self.name, self.node.nonce, 0, source.id)
+        self._first_parent = self.base.id if self.base is not None else source.id if source is not None else None
         self.primary = jax.process_index() == 0
         self._ticked = False
         # ticks outside job() are an inspection session, closed by close() or at exit
@@ -100,7 +107,10 @@ class Pretrain(Recipe, Job):
         )
         if self.config.training.per_device_batch_size == -1:
             self.config.training.per_device_batch_size = self.trainer.per_device_batch_size
-        if checkpoint is None:
+        if source is not None:
+            self.trainer.start_from(source_folder, node=source, verify=self.verify)
+            self._offset = 0
+        elif checkpoint is None:
             self.trainer.init()
             self._offset = 0
         else:
@@ -117,7 +127,7 @@ class Pretrain(Recipe, Job):
         if seq == self.node.seq:
             return self.node
         if seq == 0:
-            return Node(self.name, self.node.nonce, 0, self.base.id if self.base is not None else None)
+            return Node(self.name, self.node.nonce, 0, self._first_parent)
         return Node(self.name, self.node.nonce, seq, Node(self.name, self.node.nonce, seq - 1).id)
 
     def _folder_at(self, step: int) -> str:

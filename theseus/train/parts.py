@@ -113,14 +113,18 @@ def load_part_modules(modules: Iterable[str] | None = None) -> None:
     import_registering(PART_MODULES if modules is None else modules, _LOADED)
 
 
-def parts(kind: str | None = None) -> dict[str, Any]:
+def parts(kind: str | None = None, load: bool = True) -> dict[str, Any]:
     """The registered parts, built-in ones loaded first: of one ``kind`` (name -> class, sorted), or all of
-    them (kind -> that mapping).
+    them (kind -> that mapping). With ``load=False`` only those registered so far, ``PART_MODULES`` not
+    imported (they import JAX: ``theseus parts`` reads its built-in parts from `theseus.catalog`).
 
     >>> "adamw" in parts("optimizer") and "wsd" in parts()["schedule"]
     True
+    >>> "adamw" in parts("optimizer", load=False)   # loaded above, so registered now
+    True
     """
-    load_part_modules()
+    if load:
+        load_part_modules()
     if kind is not None:
         if kind not in KINDS:
             raise ValueError(f"unknown part kind {kind!r}; the kinds are {', '.join(KINDS)}")

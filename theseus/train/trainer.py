@@ -421,14 +421,58 @@ class Trainer:
         level(f"RESTORE | step {self.step} from {folder} | {report}")
         return state
 
-    def _restore_checked(self, folder: str, partial: bool, verify: bool, node: Any,
-                         step: int | None) -> tuple[dict, ckpt.RestoreReport]:
-        """`restore`'s reads: the folder's files checked, its owner and step compared; the state is not set."""
+    @staticmethod
+    def _sealed_of(folder: str, node: Any, verify: bool) -> mf.Sealed:
+        """``folder`` opened for checked reads, refused when its ``job.json`` names another node than ``node``."""
         sealed = mf.Sealed(folder)
         owner = ckpt.saved_for(sealed, verify)
         if node is not None and owner is not None and owner != node.id:
             raise mf.DamagedFolder(f"{folder} holds the checkpoint of {describe_node(owner)}, not of "
                                    f"node {node.id}: not restored")
+        return sealed
+
+    def start_from(self, folder: str, node: Any = None, verify: bool = True) -> dict:
+        """A fresh state (step 0, a fresh optimizer, this trainer's base key) holding the parameters of the
+        checkpoint in ``folder``, cast to this trainer's parameter dtype; what ``training.init_from`` and a
+        params-only checkpoint (an imported model) start from. A parameter missing from the checkpoint or of
+        another shape is a ValueError naming it; ``node``: the node the folder must belong to.
+
+        >>> import tempfile
+        >>> root, config = tiny_example()
+        >>> source = Trainer(config, root, peak_flops=1e12, progress=False)
+        >>> _ = source.tick(); folder = tempfile.mkdtemp() + "/source"; source.save(folder); source.wait()
+        >>> state = Trainer(config, root, peak_flops=1e12, progress=False).start_from(folder)
+        >>> int(state["step"]), bool((state["params"]["wte"]["embedding"] == source.params["wte"]["embedding"]).all())
+        (0, True)
+        """
+        folder = folder.rstrip("/")
+        sealed = self._sealed_of(folder, node, verify)
+        stored = {e["path"]: e for e in ckpt.read_index(folder)["leaves"]}
+        abstract = {"params": self.abstract_state["params"]}
+        names = ckpt.leaf_paths(abstract)
+        wrong = [f"{n} ({'missing' if n not in stored else tuple(stored[n]['shape'])} != {tuple(a.shape)})"
+                 for n, a in zip(names, jax.tree.leaves(abstract), strict=True)
+                 if n not in stored or tuple(stored[n]["shape"]) != tuple(a.shape)]
+        if wrong:
+            raise ValueError(f"the parameters of {folder} do not fit this model: {', '.join(wrong[:8])}")
+        target = jax.tree.unflatten(jax.tree.structure(abstract), [
+            jax.ShapeDtypeStruct(a.shape, np.dtype(stored[n]["dtype"]), sharding=a.sharding)
+            for n, a in zip(names, jax.tree.leaves(abstract), strict=True)])
+        restored, _ = ckpt.restore(folder, target, partial=True, verify=verify, sealed=sealed)
+        shardings = self.state_shardings
+        params = jax.jit(lambda p: jax.tree.map(lambda x, a: x.astype(a.dtype), p, abstract["params"]),
+                         out_shardings=shardings["params"])(restored["params"])
+        opt_state = jax.jit(self.optimizer.init, out_shardings=shardings["opt_state"])(params)
+        self.state = {"params": params, "opt_state": opt_state,
+                      "step": jax.device_put(jnp.zeros((), jnp.int32), shardings["step"])}
+        self._set_step(0)
+        self.log.info(f"INIT FROM | parameters of {folder}, step 0, a fresh optimizer")
+        return self.state
+
+    def _restore_checked(self, folder: str, partial: bool, verify: bool, node: Any,
+                         step: int | None) -> tuple[dict, ckpt.RestoreReport]:
+        """`restore`'s reads: the folder's files checked, its owner and step compared; the state is not set."""
+        sealed = self._sealed_of(folder, node, verify)
         if RNG_FILE in sealed.listed:
             rng_text = sealed.read(RNG_FILE, check=verify).decode()
             self.base_key = key_from_json(rng_text)
@@ -438,6 +482,10 @@ class Trainer:
         else:
             self.log.warning(f"RESTORE | {folder} has no {RNG_FILE}; keeping base key of seed {self.seed}")
         index = {e["path"]: (tuple(e["shape"]), e["dtype"]) for e in ckpt.read_index(folder)["leaves"]}
+        if not any(name.startswith("opt_state/") for name in index):  # params only (an import): fresh optimizer
+            state = self.start_from(folder, node, verify)
+            self.state = None  # restore() sets it, as for any checkpoint
+            return state, ckpt.RestoreReport(restored=ckpt.leaf_paths({"params": state["params"]}))
         wanted = {name: (tuple(leaf.shape), np.dtype(leaf.dtype).name)
                   for name, leaf in zip(ckpt.leaf_paths(self.abstract_state),
                                         jax.tree.leaves(self.abstract_state), strict=True)}

@@ -1,0 +1,48 @@
+"""theseus/catalog.json, what ``theseus jobs`` and ``theseus parts`` list without importing JAX, matches the
+registries; ``python -m theseus.catalog`` rewrites it and ``--check`` names what is out of date."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from theseus import catalog
+from theseus.train.parts import parts as registered_parts
+
+
+@pytest.mark.slow  # imports every module that registers a job or a part, in a fresh interpreter
+def test_catalog_json_matches_the_registries():
+    done = subprocess.run([sys.executable, "-m", "theseus.catalog", "--check"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
+def test_check_names_what_is_out_of_date_and_a_rewrite_fixes_it(tmp_path, monkeypatch, capsys):
+    current = {"jobs": {"a/job": "Does a."},
+               "parts": {"loss": {"mine": ["loss: factor=0.5", "Mine."]}}}
+    stored = {"jobs": {"a/job": "Did a.", "gone/job": "Gone."},
+              "parts": {"loss": {"mine": ["loss: factor=0.5", "Mine."]}}}
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps(stored))
+    monkeypatch.setattr(catalog, "CATALOG", path)
+    monkeypatch.setattr(catalog, "live", lambda: current)
+    assert catalog.main(["--check"]) == 1
+    assert "(jobs a/job; jobs gone/job)" in capsys.readouterr().err
+    assert catalog.main([]) == 0 and json.loads(path.read_text()) == current
+    assert catalog.main(["--check"]) == 0
+    assert catalog.main(["--write"]) == 2 and json.loads(path.read_text()) == current  # bad usage writes nothing
+
+
+def test_a_part_or_job_registered_here_is_listed_over_the_file(tmp_path, monkeypatch):
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps({"jobs": {"a/job": "Does a."}, "parts": {"loss": {"mine": ["-", "Mine."]}}}))
+    monkeypatch.setattr(catalog, "CATALOG", path)
+    assert "cross-entropy" in registered_parts("loss")  # the built-in parts are registered in this process
+    assert catalog.jobs("a/") == {"a/job": "Does a."}
+    assert catalog.parts("loss")["loss"]["mine"] == ("-", "Mine.")
+    assert catalog.parts("loss")["loss"]["cross-entropy"][0] == "loss: z_loss=0.0"
+    with pytest.raises(ValueError, match="the kinds are model"):
+        catalog.parts("losses")
