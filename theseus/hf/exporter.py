@@ -1,0 +1,156 @@
+"""Export any checkpoint as a Hugging Face folder that ``transformers`` loads with no code of ours.
+
+``export_hf(root, target, out, dtype)`` writes ``config.json``, the safetensors (one file, or shards and
+their index above `theseus.hf.safetensors_io.SHARD_BYTES`; the tied ``lm_head`` left out),
+``generation_config.json`` and the tokenizer files an imported run keeps, then records the export on the
+node: ``export/hf/path``, ``export/hf/dtype``, ``export/hf/sha256`` (of the listing of every file's sha256)
+and ``export/hf/files`` (that listing, JSON). Exporting the best checkpoint by a metric is one query and
+one call::
+
+    export_hf(root, Store(root).find().checkpoint().sort("val/loss").first(), "out/best")
+
+A GPT exports as GPT-2 (learned positions) or GPT-NeoX (RoPE), with equal logits (`theseus.hf.gpt`).
+
+>>> DTYPES["bf16"]
+'bfloat16'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import yaml
+
+from theseus.hf import gpt
+from theseus.hf.layout import GENERATION_FILE, HF_CONFIG_FILE, TOKENIZER_FOLDER
+from theseus.hf.safetensors_io import SHARD_BYTES, write_folder
+from theseus.store import Node, Store
+
+#: the dtypes an export writes, by the names ``--dtype`` takes
+DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
+          "fp32": "float32", "float32": "float32"}
+_NUMPY = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16), "float32": np.dtype(np.float32)}
+
+
+def export_dtype(name: str) -> str:
+    """The dtype an export writes for ``name`` (bf16 / fp16 / fp32 or their long names); ValueError otherwise.
+
+    >>> export_dtype("fp16")
+    'float16'
+    >>> export_dtype("int8")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown export dtype 'int8': use bf16, fp16 or fp32
+    """
+    if name not in DTYPES:
+        raise ValueError(f"unknown export dtype {name!r}: use bf16, fp16 or fp32")
+    return DTYPES[name]
+
+
+def _check_out(out: str) -> None:
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise ValueError(f"{out} exists and is not an empty folder: an export never overwrites files")
+
+
+def _params(folder: str, sealed: Any) -> dict[str, np.ndarray]:
+    """Every ``params/`` leaf of the checkpoint in ``folder`` (checked against its MANIFEST as read), by leaf path
+    under params/, as host arrays."""
+    # lazily: TensorStore and JAX read the checkpoint; the CLI imports this module without them
+    import jax
+
+    from theseus.train import checkpoint as ckpt
+
+    tree: dict = {}
+    for leaf in ckpt.read_index(folder)["leaves"]:
+        parts = leaf["path"].split("/")
+        if parts[0] != "params":
+            continue
+        node = tree
+        for p in parts[1:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = jax.ShapeDtypeStruct(tuple(leaf["shape"]), np.dtype(leaf["dtype"]))
+    state, _ = ckpt.restore(folder, {"params": tree}, partial=True, sealed=sealed)
+    flat = jax.tree_util.tree_flatten_with_path(state["params"])[0]
+    return {"/".join(k.key for k in path): np.asarray(value) for path, value in flat}
+
+
+def _architecture_family(store: Store, node: Node) -> str:
+    """The model part of ``node``'s run (``gpt``...): its job class's ``MODEL``."""
+    from theseus.jobs import get_job  # lazily: the registry imports the training jobs (JAX)
+    from theseus.store.schema import JOB, JOB_SOURCE
+
+    run = store.run_record(node.nonce, name=node.name)
+    cls = get_job(run[JOB], run.get(JOB_SOURCE)) if run.get(JOB) else None
+    model = getattr(cls, "MODEL", None)
+    if model is None:
+        raise ValueError(f"node {node.id} is of a {run.get(JOB)} run, not a training job: it has no model to export")
+    return model.name
+
+
+def _write_json(path: str, body: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(body, f, indent=2)
+
+
+def export_hf(root: str | Store, target: str | Node, out: str, dtype: str = "bf16") -> dict[str, Any]:
+    """Write the checkpoint of ``target`` (node id, Node, or nonce: that run's last checkpoint) as a Hugging Face
+    folder ``out`` (new or empty) in ``dtype``; record the export on the node and return what was recorded.
+
+    >>> import tempfile
+    >>> export_hf(tempfile.mkdtemp(), "abc123", tempfile.mkdtemp(), dtype="int4")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown export dtype 'int4': use bf16, fp16 or fp32
+    """
+    from theseus.replay.restore import checkpoint_for  # lazily: it loads the trainer (JAX)
+    from theseus.replay.verify import checkpoint_config
+    from theseus.train import manifest as mf
+
+    dtype = export_dtype(dtype)
+    out = os.path.abspath(os.fspath(out))
+    _check_out(out)
+    store = root if isinstance(root, Store) else Store(root)
+    node, folder = checkpoint_for(store, target)
+    family = _architecture_family(store, node)
+    if family != "gpt":
+        raise NotImplementedError(f"node {node.id} is a {family!r} model, which has no Hugging Face export yet")
+    config = yaml.safe_load(checkpoint_config(node, folder))
+    architecture = config["architecture"]
+    sealed = mf.Sealed(folder)
+    kept = {rel: rel.split("/", 1)[1] for rel in sealed.listed
+            if rel.split("/")[0] == TOKENIZER_FOLDER or rel in (GENERATION_FILE, HF_CONFIG_FILE)}
+    generation = json.loads(sealed.read(GENERATION_FILE)) if GENERATION_FILE in sealed.listed else {}
+    hf_config = gpt.config_to_hf(architecture, eos_token_id=generation.get("eos_token_id"),
+                                 bos_token_id=generation.get("bos_token_id"))
+    params = _params(folder, sealed)
+    os.makedirs(out, exist_ok=True)
+    written = write_folder(out, gpt.params_to_hf(architecture, params.get, _NUMPY[dtype]), SHARD_BYTES)
+    del params
+    _write_json(os.path.join(out, "config.json"), {**hf_config, "torch_dtype": dtype})
+    _write_json(os.path.join(out, "generation_config.json"),
+                {k: v for k, v in {**generation, "bos_token_id": hf_config["bos_token_id"],
+                                   "eos_token_id": hf_config["eos_token_id"]}.items() if v is not None})
+    written += ["config.json", "generation_config.json"]
+    for rel, name in sorted(kept.items()):
+        if rel.split("/")[0] == TOKENIZER_FOLDER:
+            with open(os.path.join(out, name), "wb") as f:
+                f.write(sealed.read(rel))
+            written.append(name)
+    files = {}
+    for rel in sorted(written):
+        digest = hashlib.sha256()
+        with open(os.path.join(out, rel), "rb") as f:
+            for block in iter(lambda: f.read(2**24), b""):
+                digest.update(block)
+        files[rel] = digest.hexdigest()
+    listing = json.dumps(files, sort_keys=True)
+    record = {"export/hf/path": out, "export/hf/dtype": dtype,
+              "export/hf/sha256": hashlib.sha256(listing.encode()).hexdigest(), "export/hf/files": listing}
+    with store.writer() as w:
+        w.write(node, record)
+    return {**record, "node": node.id, "tokenizer": any(k.startswith(TOKENIZER_FOLDER + "/") for k in kept)}
