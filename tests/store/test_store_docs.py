@@ -27,6 +27,7 @@ MODULES = [
     "theseus.store.tail",
     "theseus.store.topk",
     "theseus.store.status",
+    "theseus.store.retired",
 ]
 
 

@@ -6,7 +6,8 @@ import importlib
 import pytest
 
 MODULES = ["theseus.train.compile_cache", "theseus.train.config", "theseus.train.progress", "theseus.model.debug",
-           "theseus.train.trainer", "theseus.replay.verify", "theseus.train.generate", "theseus.train.inspection"]
+           "theseus.train.trainer", "theseus.replay.verify", "theseus.train.generate", "theseus.train.inspection",
+           "theseus.train.retention"]
 
 
 @pytest.mark.parametrize("name", MODULES)

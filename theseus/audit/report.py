@@ -176,7 +176,8 @@ class AuditReport:
 class GcReport:
     """What :func:`gc` deleted (or, with ``dry_run``, would delete) and the bytes freed, and the
     unreferenced folders it kept, each with the reason (written too recently, its run has no log, a link);
-    ``temporaries``: the temporary files of killed writers it deleted (or would delete).
+    ``temporaries``: the temporary files of killed writers it deleted (or would delete); ``retired``: the
+    folders of retired checkpoints whose files it deleted (or would delete), ``analysis/`` and ``logs/`` kept.
 
     >>> GcReport(("objects/x",), 10, (("objects/y", "written 5 s ago"),), True).deleted
     ('objects/x',)
@@ -187,3 +188,4 @@ class GcReport:
     kept: tuple[tuple[str, str], ...]
     dry_run: bool
     temporaries: tuple[str, ...] = ()
+    retired: tuple[str, ...] = ()

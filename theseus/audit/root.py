@@ -48,6 +48,7 @@ from theseus.audit.analyses import check_analyses
 from theseus.audit.checkpoints import check_checkpoints, folder_of
 from theseus.audit.reading import first_line, open_root, parse_config, relative, thread_count
 from theseus.audit.report import WARNING, AuditReport, Change, CheckpointAudit, GcReport, Problem, Resume, RunAudit
+from theseus.audit.retired import clear_retired, retired_nodes, retired_problems
 from theseus.jobs import missing_job
 from theseus.store import fs as rootfs
 from theseus.store import schema, trust
@@ -103,12 +104,18 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
     checkpoints = {r["node"]: r["value"] for r in records if r["key"] == schema.CHECKPOINT}
 
     problems += _config_problems(records, nonce)
-    wanted = [r for r in records if r["key"] == schema.CHECKPOINT and (nonce is None or r["nonce"] == nonce)]
+    gone = retired_nodes(records)  # retired checkpoints: their files are deleted by design, never checked
+    wanted = [r for r in records if r["key"] == schema.CHECKPOINT and (nonce is None or r["nonce"] == nonce)
+              and r["node"] not in gone]
     checked = check_checkpoints(fs, base, wanted, verify_checksums, threads, problems)
     published = {folder_of(r["value"]) for r in records if r["key"] in schema.FOLDER_KEYS and r["value"]
                  and (nonce is None or r["nonce"] == nonce)}
     analysis_files, analysis_bytes = check_analyses(fs, base, published, verify_checksums, threads, problems)
-    runs = _runs(fs, base, _run_rows(audited), records, checkpoints, checked, known, problems)
+    rows = _run_rows(audited)
+    runs = _runs(fs, base, rows, records, checkpoints, checked, known, problems)
+    mine = [r for r in records if nonce is None or r["nonce"] == nonce]
+    problems += retired_problems(mine, [(f"{r['name']}:{r['nonce']}", r["origin"]) for r in rows if r["origin"]],
+                                 fs, base)
     referenced = {folder_of(path) for path in checkpoints.values()} | _artifact_folders(records)
     unreferenced = _unreferenced(fs, base, referenced, nonce, problems)
     if nonce is None:
@@ -130,7 +137,9 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
 
 
 def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0) -> GcReport:
-    """Delete the object folders of ``root`` that no committed checkpoint record references.
+    """Delete the object folders of ``root`` that no committed checkpoint record references, and the files of
+    retired checkpoints still on disk (``retired``: `theseus.audit.retired`; a crash between a retire record
+    and its delete leaves them).
 
     Only ``objects/<node-id>/`` folders are candidates. Never deleted: a folder a
     checkpoint record points at (checked again just before each delete), one not
@@ -166,7 +175,8 @@ def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0
                          "reference are unknown; see `theseus audit` and repair or remove them first")
     records = _reserved(log)
     referenced = {folder_of(r["value"]) for r in records if r["key"] == schema.CHECKPOINT} | _artifact_folders(records)
-    deleted, kept, freed = [], [], 0
+    cleared, kept, freed = clear_retired(fs, base, records, dry_run)
+    deleted: list[str] = []
     found: list[Problem] = []
     candidates = _unreferenced(fs, base, referenced, None, found)
     kept += [(p.path, p.message) for p in found if p.kind == "link"]  # reported, never followed
@@ -207,7 +217,7 @@ def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0
                 continue
         temporaries.append(rel)
         freed += size
-    return GcReport(tuple(deleted), freed, tuple(kept), dry_run, tuple(temporaries))
+    return GcReport(tuple(deleted), freed, tuple(kept), dry_run, tuple(temporaries), tuple(cleared))
 
 
 # ---------------------------------------------------------------------------
@@ -464,7 +474,8 @@ def _runs(fs, base, rows, records, checkpoints, checked, known, problems) -> lis
                    _previous(name, nonce, r["seq"]) in checkpoints)
             for r in mine if r["key"] == schema.JOB and r["seq"] > 0
         )
-        ckpts = sorted((checked[r["node"]] for r in mine if r["key"] == schema.CHECKPOINT), key=lambda c: c.seq)
+        ckpts = sorted((checked[r["node"]] for r in mine if r["key"] == schema.CHECKPOINT and r["node"] in checked),
+                       key=lambda c: c.seq)
         run = RunAudit(
             name=name, nonce=nonce, job=value.get(schema.JOB), status=value.get(schema.STATUS),
             finished=None if schema.FINISHED not in value else value[schema.FINISHED] == "true",

@@ -208,7 +208,7 @@ def gc_command(
     min_age: Annotated[float, typer.Option("--min-age", min=0,
                                            help="Keep folders written less than this many seconds ago")] = 3600.0,
 ) -> None:
-    """Delete object folders that no committed checkpoint record references, and temporary files (left by crashes).
+    """Delete object folders no checkpoint record references, retired checkpoints' files and temporary files.
 
     Never deletes a referenced folder, one not named by a node id, one written in
     the last ``--min-age`` seconds (a checkpoint may still be saving), one whose
@@ -229,9 +229,13 @@ def gc_command(
     verb = "would delete" if dry_run else "deleted"
     for rel in report.deleted + report.temporaries:
         console.print(f"{verb} {escape(rel)}")
+    for rel in report.retired:
+        console.print(f"{verb} the retired checkpoint in {escape(rel)}")
     for rel, reason in report.kept:
         console.print(f"kept {escape(rel)}: {escape(reason)}")
     temporaries = f" and {_count(len(report.temporaries), 'temporary file')}" if report.temporaries else ""
+    if report.retired:
+        temporaries += f" and {_count(len(report.retired), 'retired checkpoint')}"
     console.print(f"{verb} {_count(len(report.deleted), 'folder')}{temporaries} ({_size(report.bytes)})")
 
 

@@ -116,8 +116,18 @@ class Cursor:
         return replace(self, run_filters=self.run_filters + (("finished", flag),))
 
     def checkpoint(self) -> Cursor:
-        """Only nodes with a committed checkpoint."""
-        return replace(self, node_filters=self.node_filters + (("has", schema.CHECKPOINT),))
+        """Only nodes with a committed checkpoint that is not retired (``logging.keep_checkpoints``
+        retires old ones: a ``_retired`` record, after which the folder is deleted).
+
+        >>> from theseus.store.store import _doc_store
+        >>> store, n = _doc_store()
+        >>> with store.writer() as w:
+        ...     w.checkpoint(n, f"objects/{n.id}"); w.checkpoint(n.next(), f"objects/{n.next().id}")
+        ...     w.retire(n, "keep_checkpoints=1")
+        >>> [node.seq for node in store.find().checkpoint().all()]
+        [1]
+        """
+        return replace(self, node_filters=self.node_filters + (("has", schema.CHECKPOINT), ("lacks", schema.RETIRED)))
 
     def has(self, key: str) -> Cursor:
         """Nodes where ``key`` is not null."""
@@ -394,7 +404,7 @@ class Cursor:
         (``_COUNT``, ``_LAST``), the proof :func:`theseus.store.topk.proves` checks."""
         only = pruned.runs if pruned is not None else None
         types = scope.types(light=only is not None)
-        used = [f[1] for f in self.node_filters if f[0] in ("has", "where")] + [k for k, _ in self.sorts]
+        used = [f[1] for f in self.node_filters if f[0] in ("has", "lacks", "where")] + [k for k, _ in self.sorts]
         used += select_keys or []
         if scope.runs:
             for key in used:
@@ -430,6 +440,8 @@ class Cursor:
                 nodes = nodes.filter(pl.col("seq") == decode_id(f[1])[2])
             elif f[0] == "has":
                 nodes = nodes.filter(pl.col(f[1]).is_not_null())
+            elif f[0] == "lacks":
+                nodes = nodes.filter(pl.col(f[1]).is_null())
             else:
                 nodes = nodes.filter(_compare(pl.col(f[1]), f[2], f[3]))
         for key, _ in self.sorts:

@@ -27,8 +27,10 @@ FINISHED = "_finished"
 CHECKPOINT = "_checkpoint"
 CLAIM = "_claim"  # a resume's claim to continue a lineage at this node (see store.claim)
 ARTIFACTS = "_artifacts"  # the node's artifact folder holds published files (analyses): gc keeps it
+RETIRED = "_retired"  # why the node's checkpoint was retired (retention): final, no reader restores it again
 RESERVED = {JOB: "str", JOB_SOURCE: "str", CONFIG: "str", STATUS: "str", ERROR: "str", FINISHED: "bool",
-            CHECKPOINT: "str", CLAIM: "str", ARTIFACTS: "str"}
+            CHECKPOINT: "str", CLAIM: "str", ARTIFACTS: "str",
+            RETIRED: "str"}
 #: reserved keys whose value is a root-relative folder that gc must keep
 FOLDER_KEYS = (CHECKPOINT, ARTIFACTS)
 

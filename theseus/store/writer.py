@@ -103,6 +103,7 @@ _FINISHED = Shape((schema.FINISHED, schema.STATUS), ("bool", "str"))
 _FAILED = Shape((schema.FINISHED, schema.STATUS, schema.ERROR), ("bool", "str", "str"))
 _CLAIM = Shape((schema.CLAIM,), ("str",))
 _ARTIFACTS = Shape((schema.ARTIFACTS,), ("str",))
+_RETIRED = Shape((schema.RETIRED,), ("str",))
 
 
 class Writer:
@@ -267,6 +268,22 @@ class Writer:
             raise ValueError(
                 f"artifact path must be relative to the root (e.g. 'objects/<id>'), got {path!r}") from None
         self._commit(node, _ARTIFACTS, (_text("artifact path", path),))
+
+    def retire(self, node: Node, reason: str) -> None:
+        """Record that ``node``'s checkpoint is retired (``reason``: the rule that retired it); durable on return.
+
+        Final: ``.checkpoint()`` no longer matches the node, nothing restores it, and its folder
+        may be deleted once this returns (``theseus gc`` deletes one left behind).
+
+        >>> import tempfile
+        >>> from theseus.store import Store
+        >>> store, node = Store(tempfile.mkdtemp()), Node.start("doc-retire")
+        >>> with store.writer() as w:
+        ...     w.checkpoint(node, f"objects/{node.id}"); w.retire(node, "keep_checkpoints=1")
+        >>> store.record(node)["_retired"], store.find().checkpoint().all()
+        ('keep_checkpoints=1', [])
+        """
+        self._commit(self._check_node(node), _RETIRED, (_text("retire reason", reason),))
 
     def finished(self, node: Node) -> None:
         """Mark the run finished at ``node``; durable on return."""

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from theseus.mirror.sinks import backend, require
+from theseus.train.retention import Policy
 
 
 @dataclasses.dataclass
@@ -152,6 +153,10 @@ class LoggingConfig:
     mode, Comet's offline archive; TensorBoard is always local). The store stays the
     source of truth: a mirror that fails is warned about once and never stops the run.
 
+    ``keep_checkpoints = N`` keeps the newest N checkpoints of the run's lineage (null: all), plus
+    with ``keep_best = KEY`` the best ``keep_best_count`` by KEY (``keep_best_mode`` min or max);
+    the others are retired and their folders deleted (`theseus.train.retention`).
+
     >>> LoggingConfig().report_interval, LoggingConfig().remote_backend
     (32, 'comet')
     """
@@ -163,6 +168,10 @@ class LoggingConfig:
     remote_backend: str = "comet"
     remote_dir: str = ""
     remote_offline: bool = False
+    keep_checkpoints: int | None = None
+    keep_best: str | None = None
+    keep_best_mode: str = "min"
+    keep_best_count: int = 1
 
 
 @dataclasses.dataclass
@@ -299,6 +308,7 @@ def check_config(cfg: DictConfig, schema: type) -> None:
     _positive_int("training.tokens", training.tokens)
     for name in ("report_interval", "checkpoint_interval", "validation_interval"):
         _positive_int(f"logging.{name}", getattr(cfg.logging, name))
+    Policy.from_config(cfg.logging)  # checkpoint retention: a value no run can use is refused here
     if cfg.logging.remote:
         require(cfg.logging.remote_backend)
         if cfg.logging.remote_backend == "comet" and cfg.logging.remote_dir and not cfg.logging.remote_offline:

@@ -23,13 +23,14 @@ from theseus import config as configs
 from theseus.experiments import job_source
 from theseus.jobs import Job, _NullWriter, job
 from theseus.mirror import Mirror, MirrorRun, open_sink
-from theseus.store import EmptyResult, Node, layout, schema, trust
+from theseus.store import EmptyResult, Node, layout, retired, schema, trust
 from theseus.store import fs as rootfs
 from theseus.train import init_from
 from theseus.train.evals.text import BitsPerByte
 from theseus.train.evaluations import ValidationLoss
 from theseus.train.inspection import Inspection
 from theseus.train.recipe import Recipe
+from theseus.train.retention import Policy, Retention
 
 
 def recorded_step(record: dict[str, Any]) -> int | None:
@@ -72,10 +73,11 @@ class Pretrain(Recipe, Job):
         if self.base is not None:
             record = self.store.record(self.base)
             checkpoint, step = record.get("_checkpoint"), recorded_step(record)
-            if not checkpoint:
+            if not checkpoint or retired.retired(record):
+                what = f"retired ({retired.retired(record)})" if checkpoint else "no committed"
                 raise ValueError(
-                    f"node {self.base.id} (seq {self.base.seq} of {self.base.name}:{self.base.nonce}) has no "
-                    "committed checkpoint; query with .checkpoint() to pick one that has"
+                    f"node {self.base.id} (seq {self.base.seq} of {self.base.name}:{self.base.nonce}) has {what} "
+                    "checkpoint; query with .checkpoint() to pick one that has"
                 )
             try:  # the rule audit applies: only a folder inside the root is followed
                 checkpoint = trust.checkpoint_folder(self.store.fs, self.store.path(), checkpoint)
@@ -94,6 +96,8 @@ class Pretrain(Recipe, Job):
         self._inspection = Inspection(self.store, new_lineage=self.base is None or self.node.nonce != self.base.nonce)
         self._mirror: Mirror | None = None  # opened at the first report when logging.remote is on
         self._artifact_nodes: set[str] = set()  # nodes whose artifacts record this job wrote
+        policy = Policy.from_config(self.config.logging)  # logging.keep_checkpoints: None keeps every checkpoint
+        self._retention = Retention(policy, self.store, self.log) if policy.keep else None
         self.trainer = Trainer(
             self.config,
             self.store.root,
@@ -160,6 +164,8 @@ class Pretrain(Recipe, Job):
         """Write ``metrics`` on ``step``'s node and mirror them live, so the mirror holds what the store does."""
         if self.writer is not None:
             self.writer.write(self._node_at(step), metrics)
+            if self._retention is not None:
+                self._retention.observe(self._node_at(step).id, metrics)
             if self.primary and self.config.logging.remote:
                 self._mirrored().report(step, metrics)
 
@@ -185,6 +191,8 @@ class Pretrain(Recipe, Job):
             # a checkpoint step that reports nothing still places its node against steps and tokens
             self.writer.write(node, self.trainer.position(step))
             self.writer.checkpoint(node, layout.objects(node.id))
+            if self._retention is not None and self.primary:
+                self._retention.committed(node, self.writer)
 
     def _start(self) -> None:
         """Place the node this job starts from (the job record's node) against steps and tokens."""
