@@ -24,6 +24,8 @@ MODULES = [
     "theseus.store.views",
     "theseus.store.summary",
     "theseus.store.latest",
+    "theseus.store.recency",
+    "theseus.store.reader",
     "theseus.store.tail",
     "theseus.store.topk",
     "theseus.store.status",

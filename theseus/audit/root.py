@@ -56,7 +56,8 @@ from theseus.store.fold import node_ids
 from theseus.store.index import Index
 from theseus.store.layout import CONFIG_FILE, LOG, MANIFEST, OBJECTS
 from theseus.store.node import check_nonce, decode_id, encode_id
-from theseus.store.reader import empty_frame, latest_records, value_expr
+from theseus.store.reader import empty_frame, value_expr
+from theseus.store.recency import ORDER, latest_rows
 from theseus.store.segments import check_segment, list_segments, partition_of, partition_ok, retry_vanished, vanished
 from theseus.store.view import list_views, reject_view
 from theseus.store.view_fold import check_view
@@ -409,9 +410,9 @@ def _collisions(log: pl.DataFrame) -> list[Problem]:
 
 def _reserved(log: pl.DataFrame) -> list[dict]:
     """The latest reserved record per (node, key), oldest first: node, seq, stamp, key, value."""
-    reserved = latest_records(log.lazy().filter(pl.col("key").str.starts_with("_")))
+    reserved = latest_rows(log.lazy().filter(pl.col("key").str.starts_with("_")), ["node", "key"])
     frame = reserved.select("node", "name", "nonce", "seq", "stamp", "writer", "key", value_expr("str").alias("value"))
-    return frame.sort("stamp", "writer").collect().to_dicts()
+    return frame.sort(*ORDER).collect().to_dicts()
 
 
 def _config_problems(records: list[dict], nonce: str | None) -> list[Problem]:

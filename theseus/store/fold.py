@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from theseus.store import fs as rootfs
+from theseus.store.recency import last_of_each, later, latest_index, latest_per_group
 from theseus.store.segments import (
     SMALL_SEGMENT_ROWS,
     Block,
@@ -343,17 +344,12 @@ def _fold_key(blocks: list[tuple[_Segment, Block]], kind: str, overlap: bool) ->
     seq = seqs[0] if len(seqs) == 1 else np.concatenate(seqs)
     value = values[0] if len(values) == 1 else pa.concat_arrays(values)
     if overlap:
-        merged = pa.table({
-            "seq": seq,
-            "stamp": pa.concat_arrays([s.column("stamp", b) for s, b in blocks]),
-            "writer": pa.concat_arrays([s.column("writer", b) for s, b in blocks]),
-        })
-        order = pc.sort_indices(merged, [("seq", "ascending"), ("stamp", "ascending"), ("writer", "ascending")])
-        seq, value = seq[order.to_numpy()], value.take(order)
-    elif sum(b.distinct for _, b in blocks) == len(seq):
+        latest = latest_per_group(seq, pa.concat_arrays([s.column("stamp", b) for s, b in blocks]),
+                                  pa.concat_arrays([s.column("writer", b) for s, b in blocks]))
+        return seq[latest], value.take(pa.array(latest))
+    if sum(b.distinct for _, b in blocks) == len(seq):
         return seq, value
-    keep = np.ones(len(seq), bool)
-    keep[:-1] = seq[1:] != seq[:-1]  # the last row of each seq is its latest record
+    keep = last_of_each(seq)  # a block's rows are in (seq, stamp, writer) order
     return seq[keep], value.filter(pa.array(keep))
 
 
@@ -494,10 +490,8 @@ def _latest(blocks: list[tuple[_Segment, Block]]) -> tuple:
     """``(value, stamp, writer)`` of the most recent record among ``blocks`` (value as stored)."""
     best = None
     for seg, b in blocks:
-        t = pa.table({c: seg.column(c, b) for c in ("stamp", "writer", *b.columns)})
-        j = pc.sort_indices(t, [("stamp", "ascending"), ("writer", "ascending")])[-1].as_py()
-        value = next(v for c in b.columns if (v := t.column(c)[j].as_py()) is not None)
-        candidate = (t.column("stamp")[j].as_py(), t.column("writer")[j].as_py(), value)
-        if best is None or candidate[:2] > best[:2]:
-            best = candidate
-    return best[2], best[0], best[1]
+        stamps, writers = seg.column("stamp", b), seg.column("writer", b)
+        j = latest_index(stamps.to_numpy(), writers)
+        value = next(v for c in b.columns if (v := seg.column(c, b)[j].as_py()) is not None)
+        best = later(best, (value, stamps[j].as_py(), writers[j].as_py()))
+    return best

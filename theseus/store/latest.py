@@ -15,10 +15,9 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from theseus.store.recency import latest_index
 from theseus.store.schema import TYPES
 
 TEXT_LIMIT = 256  # longer strings (configs, tracebacks) stay in the rows only: footers stay small
@@ -129,11 +128,7 @@ def of_table(table: pa.Table, blocks: dict[str, list]) -> dict[str, list]:
     for key, (start, stop, *_, columns) in blocks.items():
         rows = table.slice(start, stop - start)
         stamp = rows["stamp"].to_numpy()
-        top = np.flatnonzero(stamp == stamp.max())
-        if len(top) > 1:  # the same stamp from several writers: the highest writer is the latest
-            writers = rows["writer"].take(pa.array(top)).cast(pa.string())
-            top = top[[pc.index(writers, pc.max(writers)).as_py()]]
-        i = int(top[0])
+        i = latest_index(stamp, rows["writer"])
         column = next((c for c in TYPES if c in columns and rows[c][i].is_valid), None)
         made = entry(int(stamp[i]), rows["writer"][i].as_py(), rows["seq"][i].as_py(), column,
                      None if column is None else rows[column][i].as_py())

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
+from theseus.store.recency import latest_of
 from theseus.store.schema import SEGMENT_SCHEMA
 from theseus.store.segments import CorruptSegment, partition_of
 
@@ -81,20 +82,11 @@ def value_expr(kind: str) -> pl.Expr:
 
 
 def latest_value(key: str, kind: str) -> pl.Expr:
-    """Inside a ``group_by``: the group's latest value of ``key`` (by write stamp, then writer id)."""
-    mine = pl.col("key") == key
-    return value_expr(kind).filter(mine).sort_by(pl.col("stamp").filter(mine),
-                                                 pl.col("writer").filter(mine)).last().alias(key)
+    """Inside a ``group_by``: the group's latest value of ``key`` (``recency``: by write stamp, then writer id).
 
-
-def latest_records(frame: pl.LazyFrame) -> pl.LazyFrame:
-    """Per (node, key), only the record with the highest write stamp (ties: the highest writer id).
-
-    Folding is idempotent: duplicated records (a compaction seen half-way) change nothing. One sort
-    and one pass (the last record of each group in that order), not two windowed maxima.
-
-    >>> raw = pl.LazyFrame({"node": ["a", "a", "a"], "key": ["x"] * 3, "stamp": [1, 2, 2], "writer": ["w", "u", "v"]})
-    >>> latest_records(raw).collect().rows()
-    [('a', 'x', 2, 'v')]
+    >>> frame = pl.DataFrame({"node": ["n", "n"], "key": ["a", "a"], "stamp": [2, 1], "writer": ["w", "w"],
+    ...                       "float": [0.5, 9.0], "int": [None, None]})
+    >>> frame.group_by("node").agg(latest_value("a", "float"))["a"].to_list()
+    [0.5]
     """
-    return frame.sort("stamp", "writer").unique(subset=["node", "key"], keep="last")
+    return latest_of(value_expr(kind), pl.col("key") == key).alias(key)

@@ -23,6 +23,7 @@ import polars as pl
 
 from theseus.store import schema
 from theseus.store.fold import DTYPES, WRITTEN, fold_run
+from theseus.store.recency import later, latest_of
 from theseus.store.schema import TYPES
 from theseus.store.segments import CorruptSegment, Footer, union_keys, vanished
 
@@ -222,7 +223,7 @@ def _latest_records(paths: list[str]) -> dict[tuple[str, str], dict[str, tuple]]
     frame = (pl.scan_parquet(paths, hive_partitioning=True, hive_schema={"name": pl.String, "nonce": pl.String})
              .filter(pl.col("key").is_in(SUMMARY_KEYS))
              .group_by("name", "nonce", "key")
-             .agg(pl.col("stamp", "writer", *TYPES).sort_by("stamp", "writer").last())
+             .agg(latest_of(pl.col("stamp", "writer", *TYPES)))
              .select("name", "nonce", "key", pl.struct(*TYPES).alias("value"), "stamp", "writer").collect())
     latest: dict[tuple[str, str], dict[str, tuple]] = {}
     for name, nonce, key, value, stamp, writer in frame.iter_rows():
@@ -263,15 +264,10 @@ def _from_footers(footers: list[Footer]) -> tuple[int, int, int, dict[str, str],
         floor = max(recorded[i].stamp if i in recorded else footers[i].stamps[0] for i in holders)
         for i in holders:
             if i in recorded and recorded[i].stamp >= floor:
-                known[key] = _newest_of(known.get(key), (recorded[i].value, recorded[i].stamp, recorded[i].writer))
+                known[key] = later(known.get(key), (recorded[i].value, recorded[i].stamp, recorded[i].writer))
             elif i not in recorded and footers[i].stamps[1] >= floor:
                 needed.add(i)  # not recorded: its block is read
     return nodes, last, max(f.stamps[1] for f in footers), keys, known, needed
-
-
-def _newest_of(a: tuple | None, b: tuple) -> tuple:
-    """The later of two ``(value, stamp, writer)`` records (by stamp, then writer)."""
-    return b if a is None or b[1:] > a[1:] else a
 
 
 def _newest(a: dict[str, tuple], b: dict[str, tuple]) -> dict[str, tuple]:
@@ -284,7 +280,7 @@ def _newest(a: dict[str, tuple], b: dict[str, tuple]) -> dict[str, tuple]:
         return a or b
     merged = dict(a)
     for key, record in b.items():
-        merged[key] = _newest_of(merged.get(key), record)
+        merged[key] = later(merged.get(key), record)
     return merged
 
 

@@ -36,7 +36,7 @@ import polars as pl
 from theseus.store import Store, schema
 from theseus.store import fs as rootfs
 from theseus.store.nonces import AmbiguousNonce, ambiguous
-from theseus.store.reader import latest_records
+from theseus.store.recency import latest_rows
 from theseus.store.segments import CorruptSegment, Listings, list_runs, retry_vanished, vanished
 from theseus.store.summary import SUMMARY_KEYS, Summary, UnreadableRun
 from theseus.ui.records import EMPTY, Records, latest_value, read_segments
@@ -244,7 +244,7 @@ class Follower:
         """Read ``run``'s segments ``paths`` whole, each that cannot be read left out and named in the run's
         ``unreadable``; its facts from its records."""
         frame, unreadable = read_segments(self.store.fs, paths, run.label)
-        rows = latest_records(frame.lazy()).collect().sort("seq", "key")
+        rows = latest_rows(frame.lazy(), ["node", "key"]).collect().sort("seq", "key")
         run.held, run.facts, run.unreadable = rows, facts_of(rows), unreadable
         run.segments = set(paths) - unreadable.keys()
 

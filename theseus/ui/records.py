@@ -32,7 +32,8 @@ from typing import Any, Protocol
 import fsspec
 import polars as pl
 
-from theseus.store.reader import latest_records, scan
+from theseus.store.reader import scan
+from theseus.store.recency import latest_of, latest_row, latest_rows
 from theseus.store.segments import CorruptSegment, vanished
 from theseus.store.summary import UnreadableRun
 
@@ -100,7 +101,7 @@ class Records:
         kept = hit[1] if hit is not None and hit[0] <= segments else EMPTY
         fresh = sorted(segments - hit[0]) if hit is not None and hit[0] <= segments else sorted(segments)
         both = pl.concat([kept, self._read(run, fresh)], how="vertical_relaxed")
-        rows = latest_records(both.lazy()).collect().sort("seq", "key")
+        rows = latest_rows(both.lazy(), ["node", "key"]).collect().sort("seq", "key")
         self._keep(run.nonce, segments, rows)
         return rows
 
@@ -162,8 +163,9 @@ class Records:
         self.reads += 1
         paths = [p for run in runs for p in sorted(run.segments)]
         try:
-            frame = (scan(self.fs, paths).filter(pl.col("key") == key).sort("stamp", "writer")
-                     .group_by("nonce").last().select("nonce", *VALUE_COLUMNS).collect())
+            frame = (scan(self.fs, paths).filter(pl.col("key") == key)
+                     .group_by("nonce").agg(latest_of(pl.col(*VALUE_COLUMNS)))
+                     .select("nonce", *VALUE_COLUMNS).collect())
         except (CorruptSegment, pl.exceptions.PolarsError, OSError) as e:
             if vanished(e):
                 raise
@@ -210,5 +212,5 @@ def latest_value(rows: pl.DataFrame, key: str) -> Any:
     held = rows.filter(pl.col("key") == key)
     if held.height == 0:
         return None
-    row = held.sort("stamp", "writer").row(-1, named=True)
+    row = latest_row(held)
     return next((row[c] for c in VALUE_COLUMNS if row[c] is not None), None)
