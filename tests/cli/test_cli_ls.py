@@ -73,12 +73,13 @@ def test_wide_shows_every_column_uncut(tmp_path):
 
 def test_columns_picks_built_in_and_logged_keys(tmp_path):
     make_root(tmp_path)
-    code, out = ls(tmp_path, "--columns", "status,optimization/lr")
+    code, out = ls(tmp_path, "--columns", "status,optimization/lr", columns=120)
     assert code == 0, out
     header = next(line for line in out.splitlines() if line.startswith("name "))
-    assert header.split() == ["name", "status", "optimization/lr"] and "0.0003" in out
-    code, out = ls(tmp_path, "--columns", "status,optimzation/lr")
-    assert code == 2 and "'optimzation/lr'" in out and "did you mean 'optimization/lr'" in out
+    assert header.split() == ["name", "nonce", "status", "optimization/lr"] and "0.0003" in out
+    code, out = ls(tmp_path, "--columns", "status,optimzation/lr")  # a typo: named, the listing still shown
+    assert code == 0 and "'optimzation/lr'" in out and "did you mean 'optimization/lr'" in out
+    assert LONG in out
     code, out = ls(tmp_path, "--columns", "status", "--wide")
     assert code == 2 and "exclusive" in out
 

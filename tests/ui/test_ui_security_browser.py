@@ -1,11 +1,12 @@
 """`theseus ui` on a stranger's root, in a real browser (headless Chromium): markup put in every
 free-text field a root can hold (job key and source, config keys and values, string metric values,
-status, error text, process output, artifact and analysis names) and in the page's URL never runs
+status, error text, a run's note and tags, process output, artifact and analysis names) and in the page's URL never runs
 and never becomes an element on any page, and no page trips the Content-Security-Policy. These are
 the guarantees docs/ui.md states ("On a stranger's root")."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import urllib.parse
@@ -72,6 +73,7 @@ def hostile(tmp_path_factory):
             f.write(b"\x89PNG not really")
     with store.writer() as w:
         w.artifacts(strings, f"objects/{strings.id}")
+        w.marks(failed, tags=json.dumps(["ok", PAYLOAD]), note=PAYLOAD)  # a tag and note by hand
     with ui_server(root) as url:
         yield url, {"strings": strings.nonce, "failed": failed.nonce, "numbers": numbers.nonce,
                     "launched": "abcdef"}, {"strings": strings.id}
@@ -100,7 +102,8 @@ def test_markup_from_the_root_never_runs_on_any_page(driver, hostile):
     visit(driver, f"{url}/#/runs", "runs")
     assert PAYLOAD in driver.execute_script("return document.getElementById('runs-table').textContent")
     assert_inert(driver, "runs")
-    for view in ("group=job&cols=note", "group=status", f"q={urllib.parse.quote(PAYLOAD)}"):
+    for view in ("group=job&cols=note", "group=status", f"q={urllib.parse.quote(PAYLOAD)}",
+                 f"tag={urllib.parse.quote(PAYLOAD)}&all=1", "tag=ok"):
         visit(driver, f"{url}/#/runs?{view}", "runs")
         assert_inert(driver, f"runs?{view}")
 

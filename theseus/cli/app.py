@@ -29,6 +29,7 @@ from theseus.cli import audit as audit_commands
 from theseus.cli import dispatch as dispatch_commands
 from theseus.cli import evaluate as evaluate_commands
 from theseus.cli import export as export_commands
+from theseus.cli import manage as manage_commands
 from theseus.cli import parts as parts_commands
 from theseus.cli import plot as plot_commands
 from theseus.cli import replay as replay_commands
@@ -127,6 +128,7 @@ def run(
 
 
 store_commands.register(app)  # ls, show, compact
+manage_commands.register(app)  # tag, untag, note, hide, unhide
 audit_commands.register(app)  # audit, gc
 replay_commands.register(app)  # verify
 sample_commands.register(app)  # sample

@@ -3,8 +3,10 @@
 The name comes first and is never cut; the other columns follow in order of use
 (nonce, status, written, train/loss, val/loss, nodes) and those that do not fit the
 width are left out, named in the caption, rather than every column cut to ``fini…``.
-``--wide`` adds job, train/tokens and last seq and prints at the table's own width;
-``--columns`` picks the columns (any of those, or any logged key).
+``--wide`` adds job, train/tokens, last seq and note and prints at the table's own width;
+``--columns`` picks the columns (any of those, any logged key, or ``config.<dotted key>``: the
+value in the run's latest config, as the UI names it). A run's tags (``theseus tag``) show in
+the ``tags`` column once some run listed has some.
 
 >>> import polars as pl
 >>> runs = pl.DataFrame({"name": ["general.default.train-gpt"], "nonce": ["c33b26"], "nodes": [7],
@@ -24,52 +26,122 @@ from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
+import yaml
 from rich import box
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from theseus.store import Store, schema
+from theseus.store import Store, marks, schema
 from theseus.store.fold import WRITTEN
 from theseus.store.status import run_status
 
 #: the columns ``theseus ls`` shows by default, in the order they are kept as the width shrinks
-DEFAULT = ("name", "nonce", "status", "written", "train/loss", "val/loss", "nodes")
+DEFAULT = ("name", "nonce", "status", "written", "train/loss", "val/loss", "nodes", "tags")
 #: what ``--wide`` adds
-WIDE = ("job", "train/tokens", "last seq")
-#: columns that are not logged keys (the rest are: their latest value in each run)
-BUILT_IN = ("name", "nonce", "status", "written", "nodes", "job", "last seq")
+WIDE = ("job", "train/tokens", "last seq", "note")
+#: columns that are not logged keys (the rest are: their latest value in each run, or a config value)
+BUILT_IN = ("name", "nonce", "status", "written", "nodes", "job", "last seq", "tags", "note")
+MARKS = {"tags": schema.TAGS, "note": schema.NOTE}  # shown where some run listed has the mark's records
+CONFIG = "config."  # a column of a config value: config.<dotted key>
 _NUMERIC = ("nodes", "last seq")
 
 
 def default_columns(wide: bool = False) -> tuple[str, ...]:
-    """The columns of ``theseus ls`` (``--wide``: with job, train/tokens and last seq).
+    """The columns of ``theseus ls`` (``--wide``: with job, train/tokens, last seq and note).
 
     >>> default_columns()[:3], default_columns(wide=True)[-1]
-    (('name', 'nonce', 'status'), 'last seq')
+    (('name', 'nonce', 'status'), 'note')
     """
     return DEFAULT + WIDE if wide else DEFAULT
 
 
 def parse_columns(text: str) -> tuple[str, ...]:
-    """``--columns KEY,...`` as a tuple, the name first (it is always shown); an empty list is a ValueError.
+    """``--columns KEY,...`` as a tuple, the name and nonce first (they name the run); an empty list is a ValueError.
 
     >>> parse_columns("train/loss, status")
-    ('name', 'train/loss', 'status')
+    ('name', 'nonce', 'train/loss', 'status')
     """
     picked = [c.strip() for c in text.split(",") if c.strip()]
     if not picked:
         raise ValueError("--columns takes a comma-separated list of columns, e.g. --columns status,train/loss")
-    return tuple(dict.fromkeys(["name", *picked]))
+    return tuple(dict.fromkeys(["name", "nonce", *picked]))
 
 
 def logged_keys(columns: Sequence[str]) -> list[str]:
-    """The columns that are logged keys (read from the store), not built-in ones.
+    """The columns that are logged keys (read from the store), not built-in ones nor config values.
 
-    >>> logged_keys(["name", "status", "train/loss", "lr"])
+    >>> logged_keys(["name", "status", "train/loss", "lr", "config.optimization.lr"])
     ['train/loss', 'lr']
     """
-    return [c for c in columns if c not in BUILT_IN]
+    return [c for c in columns if c not in BUILT_IN and not c.startswith(CONFIG)]
+
+
+def config_keys(columns: Sequence[str]) -> list[str]:
+    """The columns that name a config value (``config.<dotted key>``).
+
+    >>> config_keys(["name", "train/loss", "config.optimization.lr"])
+    ['config.optimization.lr']
+    """
+    return [c for c in columns if c.startswith(CONFIG)]
+
+
+def with_config(store: Store, runs: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
+    """``runs`` with a column per ``config.<dotted key>`` of ``columns``: the value in each run's latest config
+    (None where it has none; a list or section shown as its text).
+
+    >>> from theseus.store.store import _doc_store
+    >>> store, n = _doc_store()
+    >>> with store.writer() as w:
+    ...     w.job(n, "doc/job", "optimization:\\n  lr: 0.001\\n")
+    >>> with_config(store, store.runs(), ["config.optimization.lr"])["config.optimization.lr"].to_list()
+    [0.001]
+    """
+    if not columns or not runs.height:
+        return runs
+    trees = []
+    for name, nonce in zip(runs["name"].to_list(), runs["nonce"].to_list()):
+        text = store.run_record(nonce, name=name).get(schema.CONFIG)
+        try:
+            trees.append(yaml.safe_load(text) if text else None)
+        except yaml.YAMLError:
+            trees.append(None)  # an unreadable config has no values, as in the UI
+    return runs.with_columns(_column(c, [_at(tree, c[len(CONFIG):]) for tree in trees]) for c in columns)
+
+
+def _at(tree: Any, dotted: str) -> Any:
+    """The value at ``dotted`` in a nested config (None where absent)."""
+    for part in dotted.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return None
+        tree = tree[part]
+    return tree
+
+
+def _column(name: str, values: list) -> pl.Series:
+    """A config column: ints and floats as Float64 when mixed, one scalar type as itself, anything else as text.
+
+    >>> _column("c", [1, 0.5, None]).to_list(), _column("c", [1, "a", [2]]).to_list()
+    ([1.0, 0.5, None], ['1', 'a', '[2]'])
+    """
+    kinds = {type(v) for v in values if v is not None}
+    if kinds == {int, float}:
+        return pl.Series(name, [None if v is None else float(v) for v in values], dtype=pl.Float64)
+    if len(kinds) == 1 and kinds <= {bool, int, float, str}:
+        return pl.Series(name, values)
+    return pl.Series(name, [None if v is None else str(v) for v in values], dtype=pl.String)
+
+
+def known_columns(runs: pl.DataFrame, columns: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(columns shown, columns no run listed holds)``: a logged key or config value every run lacks is unknown.
+
+    >>> runs = pl.DataFrame({"name": ["a"], "train/loss": [1.0], "config.x": [None]})
+    >>> known_columns(runs, ["name", "train/loss", "lr", "config.x"])
+    (['name', 'train/loss'], ['lr', 'config.x'])
+    """
+    unknown = [c for c in columns
+               if c not in BUILT_IN and (c not in runs.columns or runs[c].null_count() == runs.height)]
+    return [c for c in columns if c not in unknown], unknown
 
 
 def with_keys(store: Store, runs: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
@@ -146,6 +218,10 @@ def cell(row: dict[str, Any], column: str, now: int) -> str:
         return ago(row.get(WRITTEN), now)
     if column == "job":
         return row.get("_job") or "-"
+    if column == "tags":
+        return ",".join(marks.tags_of(row.get(schema.TAGS))) or "-"
+    if column == "note":
+        return row.get(schema.NOTE) or "-"
     return fmt(row.get(column))
 
 
@@ -188,7 +264,7 @@ def runs_table(runs: pl.DataFrame, root: str, columns: Sequence[str], *, width: 
     now = dt.datetime.now().timestamp() * 1e9 if now is None else now
     now = int(now)
     title = f"runs in {root}"
-    columns = [c for c in columns if c in BUILT_IN or c in runs.columns]
+    columns = [c for c in columns if (MARKS[c] in runs.columns if c in MARKS else c in BUILT_IN or c in runs.columns)]
     shown = list(columns)
     if fit and width is not None:
         shown = list(columns[:1])
@@ -220,7 +296,9 @@ def runs_json(runs: pl.DataFrame, keys: Sequence[str] = ()) -> list[dict[str, An
         written = (dt.datetime.fromtimestamp(stamp / 1e9, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
                    if stamp is not None else None)
         item = {"name": row["name"], "nonce": row["nonce"], "status": status(row), "job": row.get("_job"),
-                "nodes": row.get("nodes"), "last_seq": row.get("last seq"), "last_write": written}
+                "nodes": row.get("nodes"), "last_seq": row.get("last seq"), "last_write": written,
+                "tags": marks.tags_of(row.get(schema.TAGS)), "note": row.get(schema.NOTE),
+                "hidden": row.get(schema.HIDDEN) is True}
         item.update({k: v for k, v in row.items() if not k.startswith("_") and k not in (
             "name", "nonce", "nodes", "last seq")})
         item.update({k: row.get(k) for k in keys})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import json
 import time
 import warnings
@@ -14,7 +15,7 @@ from rich.table import Table
 
 from theseus.cli import runs as runs_view
 from theseus.cli.errors import fail, reported
-from theseus.store import EmptyResult, Node, Store
+from theseus.store import EmptyResult, Node, Store, marks
 from theseus.store.fold import WRITTEN
 from theseus.store.status import without_inspections
 from theseus.store.summary import UnreadableRun
@@ -31,18 +32,23 @@ def ls(
     root: str = typer.Argument(..., help="root folder or gs:// URL"),
     wide: bool = typer.Option(False, "--wide", help="more columns (job, train/tokens, last seq), none left out"),
     columns: str | None = typer.Option(None, "--columns", metavar="KEY,...",
-                                       help="these columns: name, nonce, status, written, nodes, job, last seq "
-                                            "or any logged key"),
+                                       help="these columns (after name and nonce): status, written, nodes, job, "
+                                            "last seq, tags, note, any logged key, or config.<dotted key> (a value "
+                                            "of the run's config); one no run has is named in a warning"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object per run, for scripts"),
     watch: bool = typer.Option(False, "--watch", help="refresh in place until Ctrl-C"),
     interval: float = typer.Option(2.0, "--interval", help="seconds between refreshes with --watch"),
     count: int | None = typer.Option(None, "--count", hidden=True, help="stop --watch after this many refreshes"),
-    every: bool = typer.Option(False, "--all", help="also the inspection branches (a trainer ticked outside job(), "
-                                                    "status inspecting or inspected)"),
+    every: bool = typer.Option(False, "--all", help="also the hidden runs (theseus hide), the evaluation runs "
+                                                    "(gpt/evaluate) and the inspection branches (a trainer ticked "
+                                                    "outside job(), status inspecting or inspected)"),
+    tags: list[str] = typer.Option([], "--tag", metavar="TAG", help="only the runs tagged TAG (theseus tag); "
+                                                                     "repeat for runs holding every one"),
 ) -> None:
-    """List the runs of a root: name, nonce, status, last write, latest metrics; fits the terminal's width.
+    """List the runs of a root: name, nonce, status, last write, latest metrics, tags; fits the terminal's width.
 
-    Example: ``theseus ls /tmp/root``, ``theseus ls /tmp/root --columns status,train/loss,optimization/lr``
+    Example: ``theseus ls /tmp/root``,
+    ``theseus ls /tmp/root --tag baseline --columns status,train/loss,config.optimization.lr``
     """
     picked = runs_view.parse_columns(columns) if columns is not None else runs_view.default_columns(wide)
     if wide and columns is not None:
@@ -51,8 +57,12 @@ def ls(
         raise ValueError("--json prints once; leave out --watch")
     if interval <= 0 or (count is not None and count < 1):
         raise ValueError("--interval must be positive and --count at least 1")
+    for tag in tags:
+        marks.check_tag(tag)
     store = Store(root)
     keys = [k for k in runs_view.logged_keys(picked) if k not in runs_view.DEFAULT + runs_view.WIDE]
+    configs = runs_view.config_keys(picked)
+    warned: set[str] = set()  # a column no run has is named once, not each refresh
 
     left_out: dict[str, None] = {}  # a run an unreadable file keeps out is named once, below the table
 
@@ -61,26 +71,39 @@ def ls(
             warnings.simplefilter("always", UnreadableRun)
             runs = store.runs()
         left_out.update((str(w.message), None) for w in caught if issubclass(w.category, UnreadableRun))
-        return runs if every else without_inspections(runs)
+        runs = marks.with_tag(runs if every else marks.without_hidden(without_inspections(runs)), tags)
+        runs = runs_view.with_config(store, with_keys(runs), configs)
+        unknown = runs_view.known_columns(runs, [*keys, *configs])[1]
+        for column in unknown:
+            if column not in warned and runs.height:
+                warned.add(column)
+                typer.echo(f"warning: no run listed has column {column!r}{_close(store, column)}", err=True)
+        return runs.drop(unknown, strict=False)  # a column no run has is left out, as a key no run logged
+
+    def with_keys(runs):
+        found = [k for k in keys if k in store.keys()]  # a key no run logged: named in the warning above
+        return runs_view.with_keys(store, runs, found)
 
     def name_left_out() -> None:
         for message in left_out:
             typer.echo(f"warning: {message}", err=True)
 
     if as_json:
-        typer.echo(json.dumps(runs_view.runs_json(runs_view.with_keys(store, listed(), keys), keys), indent=2))
+        typer.echo(json.dumps(runs_view.runs_json(listed(), [*keys, *configs]), indent=2))
         name_left_out()
         return
     # --wide: lines as long as the table (the terminal wraps them) rather than cut columns
     console = Console(width=100_000) if wide else Console()
 
     def render() -> Table:
-        runs = runs_view.with_keys(store, listed(), keys)
-        return runs_view.runs_table(runs, root, picked, width=console.width, fit=not wide)
+        return runs_view.runs_table(listed(), root, picked, width=console.width, fit=not wide)
 
     if not watch:
         console.print(render())
         name_left_out()
+        return
+    if not console.is_terminal:  # a file or a pipe: one table per refresh, written as it comes
+        _watch_printed(console, render, interval, count)
         return
     try:
         with Live(render(), console=console, auto_refresh=False) as live:
@@ -91,6 +114,28 @@ def ls(
                 shown += 1
     except KeyboardInterrupt:
         pass
+
+
+def _watch_printed(console: Console, render, interval: float, count: int | None) -> None:
+    """``ls --watch`` into a file or pipe: a table each ``interval`` seconds (``count`` of them), until Ctrl-C."""
+    shown = 0
+    try:
+        while count is None or shown < count:
+            if shown:
+                time.sleep(interval)
+            console.print(render())
+            console.file.flush()
+            shown += 1
+    except KeyboardInterrupt:
+        pass
+
+
+def _close(store: Store, column: str) -> str:
+    """``; did you mean ...?`` naming the logged keys close to ``column`` (none for a config column)."""
+    if column.startswith(runs_view.CONFIG):
+        return " (config.<dotted key> names a value of the runs' configs)"
+    close = difflib.get_close_matches(column, [k for k in store.keys() if not k.startswith("_")], n=3, cutoff=0.5)
+    return f"; did you mean {', '.join(map(repr, close))}?" if close else ""
 
 
 def show(

@@ -20,6 +20,7 @@ How a root is read and written (each module has the details):
 - ``nonces``: a new lineage's nonce is unique in its root: a writer claims it before the
   lineage's first record and refuses one another run holds (``NonceTaken``); readers given a
   nonce that several runs share anyway refuse it (``AmbiguousNonce``).
+- ``marks``: a person's tags, note and hidden flag on a run, as records (``theseus tag``).
 """
 
 from theseus.store.cursor import Cursor, EmptyResult, UnknownKey

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from theseus.store import fs as rootfs
-from theseus.store import schema, topk
+from theseus.store import marks, schema, topk
 from theseus.store.fold import WRITTEN, node_ids
 from theseus.store.index import Index
 from theseus.store.node import Node, check_nonce, decode_id, normalize_name
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 OPS = ("==", "!=", "<", "<=", ">", ">=", "in")
 IDENTITY = ("node", "name", "nonce", "seq", "parent")
+RUN_KEYS = (schema.JOB, schema.FINISHED, schema.TAGS)  # the latest records run filters read
 _COUNT, _LAST = "\x00count", "\x00last"  # a pruned top-k's proof, dropped before it is returned
 
 
@@ -114,6 +115,18 @@ class Cursor:
         if not isinstance(flag, bool):
             raise ValueError(f"finished() takes a bool, got {flag!r}")
         return replace(self, run_filters=self.run_filters + (("finished", flag),))
+
+    def tag(self, tag: str) -> Cursor:
+        """Nodes of runs tagged ``tag`` now (``theseus tag``; the run's latest tag set).
+
+        >>> from theseus.store import marks
+        >>> from theseus.store.store import _doc_store
+        >>> store, n = _doc_store()
+        >>> _ = marks.mark(store, n.nonce, tags=["baseline"])
+        >>> store.find().tag("baseline").all() == [n], store.find().tag("other").all()
+        (True, [])
+        """
+        return replace(self, run_filters=self.run_filters + (("tag", marks.check_tag(tag)),))
 
     def checkpoint(self) -> Cursor:
         """Only nodes with a committed checkpoint that is not retired (``logging.keep_checkpoints``
@@ -432,7 +445,7 @@ class Cursor:
                 return folded
         run_filter = self._run_filter() if self.run_filters else None
         nodes, ordered = scope.nodes(fold_keys, rows, parent=parent, written=self.only_newest, run_filter=run_filter,
-                                     run_keys=(schema.JOB, schema.FINISHED) if run_filter else (), only=only)
+                                     run_keys=RUN_KEYS if run_filter else (), only=only)
         for f in self.node_filters:
             if f[0] == "seq":
                 nodes = nodes.filter(pl.col("seq") == f[1])
@@ -468,13 +481,15 @@ class Cursor:
         return nodes
 
     def _run_filter(self):
-        """A predicate on a run's latest ``_job`` / ``_finished`` records (by write stamp)."""
+        """A predicate on a run's latest ``_job`` / ``_finished`` / ``_tags`` records (by write stamp)."""
 
         def keep(latest: dict) -> bool:
             for kind, value in self.run_filters:
                 if kind == "job" and latest.get(schema.JOB, (None,))[0] != value:
                     return False
                 if kind == "finished" and (latest.get(schema.FINISHED, (None,))[0] is True) != value:
+                    return False
+                if kind == "tag" and value not in marks.tags_of(latest.get(schema.TAGS, (None,))[0]):
                     return False
             return True
 

@@ -28,8 +28,12 @@ CHECKPOINT = "_checkpoint"
 CLAIM = "_claim"  # a resume's claim to continue a lineage at this node (see store.claim)
 ARTIFACTS = "_artifacts"  # the node's artifact folder holds published files (analyses): gc keeps it
 RETIRED = "_retired"  # why the node's checkpoint was retired (retention): final, no reader restores it again
+# a person's marks on a run (theseus tag / note / hide): the latest record of each is the run's
+TAGS = "_tags"  # the run's whole tag set, a JSON list of names (theseus.store.marks)
+NOTE = "_note"
+HIDDEN = "_hidden"  # true: ls and the UI leave the run out unless asked
 RESERVED = {JOB: "str", JOB_SOURCE: "str", CONFIG: "str", STATUS: "str", ERROR: "str", FINISHED: "bool",
-            CHECKPOINT: "str", CLAIM: "str", ARTIFACTS: "str",
+            CHECKPOINT: "str", CLAIM: "str", ARTIFACTS: "str", TAGS: "str", NOTE: "str", HIDDEN: "bool",
             RETIRED: "str"}
 #: reserved keys whose value is a root-relative folder that gc must keep
 FOLDER_KEYS = (CHECKPOINT, ARTIFACTS)

@@ -1,13 +1,13 @@
 """Run summaries: one row per run (``Store.runs()``, ``theseus ls``) at a cost per run, not per record.
 
 A run's summary is its node count, last seq, last write stamp and the latest record of each of
-``SUMMARY_KEYS`` (status, finished, job, the usual metrics). It comes from the view when the
-view folded exactly the run's segments (the view keeps each run's summary in its footer), and
-otherwise from the run's segment footers: their block index gives the seqs and stamps, and each
-key's latest record in the segment (``theseus.store.latest``); only where a segment that can hold
-a summary key's latest record does not record it (segments written before that entry, merged
-ones, long strings) is that key's block read. Segments are immutable, so a summary is cached by
-the run's segment list.
+``SUMMARY_KEYS`` (status, finished, job, the usual metrics, the marks of ``theseus tag``,
+``note`` and ``hide``). It comes from the view when the view folded exactly the run's segments
+(the view keeps each run's summary in its footer), and otherwise from the run's segment footers:
+their block index gives the seqs and stamps, and each key's latest record in the segment
+(``theseus.store.latest``); only where a segment that can hold a summary key's latest record
+does not record it (segments written before that entry, merged ones, long strings) is that key's
+block read. Segments are immutable, so a summary is cached by the run's segment list.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from theseus.store.segments import CorruptSegment, Footer, union_keys, vanished
 
 METRICS = ("train/loss", "val/loss", "train/tokens")
 SCAN_CHUNK = 500  # segments per scan of summarize_runs: the first scans run while later footers are read
-SUMMARY_KEYS = (schema.STATUS, schema.FINISHED, schema.JOB, *METRICS)
+MARKS = (schema.TAGS, schema.NOTE, schema.HIDDEN)  # a person's marks on a run (theseus.store.marks)
+SUMMARY_KEYS = (schema.STATUS, schema.FINISHED, schema.JOB, *METRICS, *MARKS)
 
 
 class Summary(NamedTuple):

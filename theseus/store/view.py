@@ -47,7 +47,7 @@ from theseus.store import schema
 from theseus.store.fold import ARROW, DTYPES, WRITTEN, node_ids, with_identity
 from theseus.store.layout import VIEW
 from theseus.store.segments import CorruptSegment, read_tail_metadata
-from theseus.store.summary import SUMMARY_KEYS, Summary
+from theseus.store.summary import MARKS, SUMMARY_KEYS, Summary
 
 
 class RootFolder(Protocol):
@@ -67,7 +67,7 @@ RUN = "_run"
 ROW_GROUP = 16384
 VIEW_TAIL = 1 << 20  # bytes of a remote view read at once from its end: the footer of some thousands of runs
 FEW_RUNS = 8  # up to this many runs are read by row group with the cached footer
-RUN_KEYS = (schema.JOB, schema.FINISHED)  # what run filters (job(), finished()) read
+RUN_KEYS = (schema.JOB, schema.FINISHED, schema.TAGS)  # what run filters (job(), finished(), tag()) read
 LATEST_KEYS = tuple(dict.fromkeys([*RUN_KEYS, *SUMMARY_KEYS]))  # each run's latest records the view keeps
 SUMMARY_LATEST = tuple(k for k in SUMMARY_KEYS if k not in RUN_KEYS)  # kept in the summary entry
 SUMMARY = ("nodes", "last_seq", "written")  # per run in the summary entry (in the main record in version 3)
@@ -114,11 +114,14 @@ class View:
         summaries = self._summaries
         if not isinstance(summaries, dict):
             return None
-        columns = {**{k: summaries[k] for k in SUMMARY_LATEST}, **self.latest_records}
-        if any(k not in columns for k in SUMMARY_KEYS):
+        columns = {**{k: summaries[k] for k in SUMMARY_LATEST if k in summaries}, **self.latest_records}
+        if any(k not in columns and k not in MARKS for k in SUMMARY_KEYS):
             return None
         nodes, last, written = (summaries[k][number] for k in SUMMARY)
-        latest = {k: tuple(columns[k][number]) for k in SUMMARY_KEYS if columns[k][number] is not None}
+        # a view made before marks existed folded none: it holds no column of them
+        latest = {k: tuple(columns[k][number]) for k in SUMMARY_KEYS
+                  if k in columns and columns[k][number] is not None}
+
         return Summary(nodes, last, written, latest, self.keys(number))
 
     def nodes(self, number: int) -> int:
@@ -147,8 +150,9 @@ class View:
             if digest != hashlib.sha256(text).hexdigest().encode():
                 raise ValueError(f"they do not match their {VIEW_SUMMARY_DIGEST.decode()} (a changed byte)")
             raw = _loads(text)
+            # marks (a view made before them holds none) may be absent, never malformed
             if not (isinstance(raw, dict) and all(isinstance(raw.get(k), list) and len(raw[k]) == len(self.names)
-                                                  for k in (*SUMMARY, *SUMMARY_LATEST))):
+                                                  for k in (*SUMMARY, *SUMMARY_LATEST) if k in raw or k not in MARKS)):
                 raise ValueError("they are malformed")
             return raw
         except ValueError as e:  # orjson's and json's decode errors are ValueErrors
@@ -269,8 +273,8 @@ def read_view(root: RootFolder, path: str) -> View:
             run_keys=runs["keys"],
             latest_records={k: runs[k] for k in RUN_KEYS if k in runs},
             summary_text=metadata.get(VIEW_SUMMARY) or (
-                {k: runs[k] for k in (*SUMMARY, *SUMMARY_LATEST)}
-                if all(k in runs for k in (*SUMMARY, *SUMMARY_LATEST)) else None),
+                {k: runs[k] for k in (*SUMMARY, *SUMMARY_LATEST) if k in runs}
+                if all(k in runs for k in (*SUMMARY, *SUMMARY_LATEST) if k not in MARKS) else None),
             listing=listing,
             meta=meta,
             file=file,

@@ -103,6 +103,9 @@ _FINISHED = Shape((schema.FINISHED, schema.STATUS), ("bool", "str"))
 _FAILED = Shape((schema.FINISHED, schema.STATUS, schema.ERROR), ("bool", "str", "str"))
 _CLAIM = Shape((schema.CLAIM,), ("str",))
 _ARTIFACTS = Shape((schema.ARTIFACTS,), ("str",))
+_TAGS = Shape((schema.TAGS,), ("str",))
+_NOTE = Shape((schema.NOTE,), ("str",))
+_HIDDEN = Shape((schema.HIDDEN,), ("bool",))
 _RETIRED = Shape((schema.RETIRED,), ("str",))
 
 
@@ -268,6 +271,30 @@ class Writer:
             raise ValueError(
                 f"artifact path must be relative to the root (e.g. 'objects/<id>'), got {path!r}") from None
         self._commit(node, _ARTIFACTS, (_text("artifact path", path),))
+
+    def marks(self, node: Node, tags: str | None = None, note: str | None = None,
+              hidden: bool | None = None) -> None:
+        """Record a person's marks on ``node``'s run (those given): its whole tag set (a JSON list,
+        ``theseus.store.marks``), a note, whether it is hidden; durable on return. The latest
+        record of each is the run's (``theseus.store.marks`` reads and writes them).
+
+        >>> import tempfile
+        >>> from theseus.store import Store
+        >>> store, node = Store(tempfile.mkdtemp()), Node.start("doc-marks")
+        >>> with store.writer() as w:
+        ...     w.marks(node, tags='["baseline"]', note="first try", hidden=True)
+        >>> record = store.run_record(node.nonce)
+        >>> record["_tags"], record["_note"], record["_hidden"]
+        ('["baseline"]', 'first try', True)
+        """
+        self._check_node(node)
+        if hidden is not None and not isinstance(hidden, bool):
+            raise TypeError(f"hidden must be a bool, got {hidden!r}")
+        given = [(shape, value if shape is _HIDDEN else _text(shape.keys[0], value))
+                 for shape, value in ((_TAGS, tags), (_NOTE, note), (_HIDDEN, hidden)) if value is not None]
+        for shape, value in given:  # appended once all are valid: none or all of them
+            self._append(node, shape, (value,))
+        self.flush()
 
     def retire(self, node: Node, reason: str) -> None:
         """Record that ``node``'s checkpoint is retired (``reason``: the rule that retired it); durable on return.

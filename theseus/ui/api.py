@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from theseus.store import EmptyResult, Store, schema
+from theseus.store import EmptyResult, Store, marks, schema
 from theseus.store.fs import NotPlainFile
 from theseus.store.node import check_nonce
 from theseus.ui import node as node_data
@@ -109,21 +109,28 @@ class Api:
         """
         return sorted(n for n, t in self._changed_at.items() if t > token)
 
-    def rows(self, nonces: list[str] | None = None, extra: list[str] = (), inspections: bool = False) -> list[dict]:
+    def rows(self, nonces: list[str] | None = None, extra: list[str] = (), inspections: bool = False,
+             tags: list[str] = ()) -> list[dict]:
         """Table rows of ``nonces`` (every run when None), most recently written first (see :meth:`page`)."""
-        return self.page(nonces, extra, inspections)[0]
+        return self.page(nonces, extra, inspections, tags=tags)[0]
 
     def page(self, nonces: list[str] | None = None, extra: list[str] = (), inspections: bool = False,
-             offset: int = 0, limit: int | None = None) -> tuple[list[dict], int]:
+             offset: int = 0, limit: int | None = None, tags: list[str] = ()) -> tuple[list[dict], int]:
         """Table rows of ``nonces`` (every run when None), most recently written first, from ``offset``
-        (``limit`` rows at most), and how many there are in all; the inspection branches (a trainer ticked
-        outside job(): `theseus.store.status.INSPECTION`) only with ``inspections``. The runs are ordered
-        by their summaries; only the rows asked for are made (the values the summaries do not hold, such
-        as a failure's text, read for those runs together)."""
+        (``limit`` rows at most), and how many there are in all; the runs ``theseus ls`` lists only with
+        ``--all`` (hidden runs, evaluation runs: `theseus.store.marks`; inspection branches, a trainer
+        ticked outside job(): `theseus.store.status.INSPECTION`) only with ``inspections``; only the runs
+        tagged with every one of ``tags``. The runs are ordered by their summaries; only the rows asked
+        for are made (the values the summaries do not hold, such as a failure's text, read for those
+        runs together)."""
         runs = self.follower.runs
         chosen = list(runs.values()) if nonces is None else [runs[n] for n in nonces if n in runs]
         if not inspections:
-            chosen = [run for run in chosen if run.latest(schema.STATUS) not in INSPECTION]
+            chosen = [run for run in chosen if run.latest(schema.STATUS) not in INSPECTION
+                      and marks.listed_by_default(run.latest(schema.HIDDEN), run.latest(schema.JOB))]
+        wanted_tags = {marks.check_tag(t) for t in tags}
+        if wanted_tags:
+            chosen = [run for run in chosen if wanted_tags <= set(marks.tags_of(run.latest(schema.TAGS)))]
         chosen.sort(key=lambda run: (-run.facts.written, run.name, run.nonce))
         page = chosen[offset:] if limit is None else chosen[offset:offset + limit]
         fresh = self.table.stale(page, extra)
@@ -204,7 +211,7 @@ def routes(api: Api) -> list[Route]:
         token = api.refresh()
         extra = _list(request.query_params.get("extra"))
         rows, total = api.page(extra=extra, inspections=request.query_params.get("all") == "1", offset=offset,
-                               limit=limit)
+                               limit=limit, tags=_list(request.query_params.get("tag")))
         return JSON({"token": token, "rows": rows, "offset": offset, "limit": limit, "total": total,
                      "root": api.store.root, "stale_after_s": api.stale_after_s,
                      "keys": api.keys()})
@@ -215,7 +222,8 @@ def routes(api: Api) -> list[Route]:
         changed = api.changed_since(since)
         extra = _list(request.query_params.get("extra"))
         versions = {n: api.follower.runs[n].version for n in changed}
-        rows = api.rows(changed, extra, inspections=request.query_params.get("all") == "1")
+        rows = api.rows(changed, extra, inspections=request.query_params.get("all") == "1",
+                        tags=_list(request.query_params.get("tag")))
         return JSON({"token": token, "changed": changed, "versions": versions, "rows": rows})
 
     def config_keys(request: Request, body: Any) -> Response:

@@ -43,7 +43,7 @@ from theseus.ui.records import EMPTY, Records, latest_value, read_segments
 
 # the latest values a run's records answer at once (the table's columns, its config and failure)
 FACT_KEYS = frozenset({schema.JOB, schema.STATUS, schema.FINISHED, schema.ERROR, schema.CONFIG, "train/loss",
-                       "val/loss", "train/tokens"})
+                       "val/loss", "train/tokens", schema.TAGS, schema.NOTE, schema.HIDDEN})
 NUMERIC = ("int", "float", "bool")  # read types a chart can draw
 
 

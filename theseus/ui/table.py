@@ -1,7 +1,8 @@
 """The runs table: one row per run, extra columns (any metric, any config key), conditions and CSV.
 
-A row holds the run's identity, job, status (``theseus.ui.status``), node count, last write
-and the latest value (by write stamp, as ``Store.runs()``) of the main metrics. Extra
+A row holds the run's identity, job, status (``theseus.ui.status``), node count, last write,
+its marks (tags, note, hidden: ``theseus.store.marks``) and the latest value (by write stamp,
+as ``Store.runs()``) of the main metrics. Extra
 columns name a logged key (its latest value) or ``config.<dotted key>`` (the value in the
 run's latest config). Conditions use the cursor's ``where`` semantics: a run matches when
 one of its nodes does; a ``config.`` condition tests the run's config value.
@@ -33,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from theseus.store import Store, schema
+from theseus.store import Store, marks, schema
 from theseus.store.cursor import OPS, UnknownKey
 from theseus.store.nonces import ambiguous
 from theseus.store.segments import CorruptSegment
@@ -73,6 +74,7 @@ def row(run: RunLog, extra: Iterable[str] = (), now: int | None = None,
         "last seq": facts.last_seq,
         "written": written,
         "error": run.latest(schema.ERROR),
+        **marks.marks_of({key: run.latest(key) for key in (schema.TAGS, schema.NOTE, schema.HIDDEN)}),
     }
     if run.shared:  # runs under one nonce (a collision): shown as one row that names them all
         found["error"] = ambiguous(run.nonce, sorted((run.name, *run.shared)))

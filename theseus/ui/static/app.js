@@ -10,6 +10,7 @@ const T = {
   pollMs: 1000,        // a flush shows within this plus one read of the new segments
   rows: new Map(),     // nonce -> the runs table row, kept current by poll()
   extra: [],           // extra columns the runs table asks for
+  all: false,          // also the runs listed only when asked (hidden, evaluation, inspection: ?all=1)
   keys: [],            // numeric keys logged in the root
   root: "",
   staleAfter: 600,
@@ -89,8 +90,10 @@ const T = {
     }
   },
 
+  runsQuery() { return `extra=${encodeURIComponent(T.extra.join(","))}${T.all ? "&all=1" : ""}`; },
+
   async loadRuns() {
-    const data = await T.get(`/api/runs?extra=${encodeURIComponent(T.extra.join(","))}`);
+    const data = await T.get(`/api/runs?${T.runsQuery()}`);
     T.token = data.token;
     T.root = data.root;
     T.keys = data.keys;
@@ -103,10 +106,12 @@ const T = {
   async poll() {
     const live = document.getElementById("live");
     try {
-      const data = await T.get(`/api/poll?since=${T.token}&extra=${encodeURIComponent(T.extra.join(","))}`);
+      const data = await T.get(`/api/poll?since=${T.token}&${T.runsQuery()}`);
       live.className = "";
       if (data.changed.length) {
         T.token = data.token;
+        const back = new Set(data.rows.map(r => r.nonce));  // a changed run not sent back is no longer listed (hidden)
+        for (const nonce of data.changed) if (!back.has(nonce)) T.rows.delete(nonce);
         for (const row of data.rows) T.rows.set(row.nonce, row);
         if (T.page && T.page.onChange) await T.page.onChange(data.changed, data.versions);
       }

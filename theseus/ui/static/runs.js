@@ -1,9 +1,10 @@
-// The runs page: a table of every run; filter (text / regex, status, where-conditions), sort, group,
+// The runs page: a table of every run; filter (text / regex, status, tag, where-conditions), sort, group,
 // extra columns (any metric, config.<key>), select to compare, CSV export. State lives in the URL.
 "use strict";
 T.pages.runs = (() => {
   const BASE = [
     {key: "name", label: "name"}, {key: "nonce", label: "nonce", mono: true}, {key: "job", label: "job"},
+    {key: "tags", label: "tags"},
     {key: "status", label: "status"}, {key: "nodes", label: "nodes", num: true},
     {key: "written", label: "last write"}, {key: "train/loss", label: "train/loss", num: true},
     {key: "val/loss", label: "val/loss", num: true}, {key: "train/tokens", label: "train/tokens", num: true},
@@ -16,9 +17,8 @@ T.pages.runs = (() => {
   // /api/runs answers a page at a time (with the total): ask for every page
   async function loadAll() {
     const first = await T.loadRuns();
-    const extra = encodeURIComponent(T.extra.join(","));
     for (let offset = first.rows.length; offset < first.total; offset += first.limit) {
-      const page = await T.get(`/api/runs?offset=${offset}&limit=${first.limit}&extra=${extra}`);
+      const page = await T.get(`/api/runs?offset=${offset}&limit=${first.limit}&${T.runsQuery()}`);
       for (const r of page.rows) T.rows.set(r.nonce, r);
     }
     loadedAll = true;
@@ -27,7 +27,7 @@ T.pages.runs = (() => {
   function columns() { return [...BASE, ...T.extra.map(k => ({key: k, label: k, num: true, extra: true}))]; }
 
   function visibleRows() {
-    const q = params.get("q") || "", status = params.get("status") || "";
+    const q = params.get("q") || "", status = params.get("status") || "", tag = params.get("tag") || "";
     let test = () => true;
     if (q) {
       if (params.get("re") === "1") {
@@ -41,6 +41,7 @@ T.pages.runs = (() => {
       }
     }
     let rows = [...T.rows.values()].filter(r => test(r) && (!status || r.status === status)
+      && (!tag || (r.tags || []).includes(tag))
       && (!whereNonces || whereNonces.has(r.nonce)));
     const sort = params.get("sort") || "written", desc = params.get("desc") !== "0";
     rows.sort((a, b) => {
@@ -57,6 +58,8 @@ T.pages.runs = (() => {
     const v = r[c.key];
     if (c.key === "name") return `<td><a class="run-link" href="#/run/${T.esc(encodeURIComponent(r.nonce))}">${T.esc(v)}</a></td>`;
     if (c.key === "status") return `<td data-col="status">${T.statusBadge(v)}</td>`;
+    if (c.key === "tags") return `<td data-col="tags">${(v || []).map(t => `<span class="tag">${T.esc(t)}</span>`).join(" ")}`
+      + `${r.note ? ` <span class="note" title="${T.esc(r.note)}">note</span>` : ""}</td>`;
     if (c.key === "written") return `<td class="ago" data-ns="${T.esc(v)}" title="${T.esc(T.when(v))}">${T.esc(T.ago(v))}</td>`;
     return `<td class="${c.num ? "num" : ""}${c.mono ? " mono" : ""}" data-col="${T.esc(c.key)}">${T.esc(T.fmt(v))}</td>`;
   }
@@ -112,7 +115,10 @@ T.pages.runs = (() => {
     main = el; params = p;
     selected = new Set((params.get("sel") || "").split(",").filter(Boolean));
     const cols = (params.get("cols") || "").split(",").filter(Boolean);
-    if (cols.join(",") !== T.extra.join(",") || !T.rows.size || !loadedAll) { T.extra = cols; await loadAll(); }
+    const all = params.get("all") === "1";
+    if (cols.join(",") !== T.extra.join(",") || all !== T.all || !T.rows.size || !loadedAll) {
+      T.extra = cols; T.all = all; await loadAll();
+    }
     shown = SHOWN_STEP;
     main.innerHTML = `
       <div class="controls">
@@ -120,6 +126,8 @@ T.pages.runs = (() => {
         <label><input type="checkbox" id="regex" ${params.get("re") === "1" ? "checked" : ""}> regex</label>
         <select id="status-filter"><option value="">any status</option>
           ${["running", "finished", "failed", "stale"].map(s => `<option value="${s}" ${params.get("status") === s ? "selected" : ""}>${s}</option>`).join("")}</select>
+        <input type="text" id="tag-filter" placeholder="tag" value="${T.esc(params.get("tag") || "")}">
+        <label title="hidden runs (theseus hide), evaluation runs, inspection branches"><input type="checkbox" id="show-all" ${params.get("all") === "1" ? "checked" : ""}> hidden too</label>
         <input type="text" id="where" placeholder="where: train/loss < 3; config.optimization.lr == 0.001" value="${T.esc(params.get("where") || "")}">
         <button id="apply-where">apply</button>
         <span class="error" id="where-error"></span><span class="error" id="filter-error"></span>
@@ -148,6 +156,10 @@ T.pages.runs = (() => {
     on("filter", "input", e => { params.set("q", e.target.value); saveParams(); drawTable(); });
     on("regex", "change", e => { params.set("re", e.target.checked ? "1" : ""); saveParams(); drawTable(); });
     on("status-filter", "change", e => { params.set("status", e.target.value); saveParams(); drawTable(); });
+    on("tag-filter", "input", e => { params.set("tag", e.target.value.trim()); saveParams(); drawTable(); });
+    on("show-all", "change", async e => {
+      params.set("all", e.target.checked ? "1" : ""); saveParams(); T.all = e.target.checked; await loadAll(); drawTable();
+    });
     const where = async () => { params.set("where", document.getElementById("where").value); saveParams(); await applyWhere(); drawTable(); };
     on("apply-where", "click", where);
     on("where", "keydown", e => { if (e.key === "Enter") where(); });
