@@ -2,10 +2,12 @@
 
 The modules that register the built-in jobs and parts import JAX, Flax, Optax and
 TensorStore, seconds of startup for a listing. So the built-in ones are read from
-``catalog.json`` beside this module, which ``python -m theseus.catalog`` writes from
-the live registries; those registered in this process (by ``--import FILE``, or a module
-already imported) come from the registries themselves and win over the file. ``python -m
-theseus.catalog --check`` fails when the file is out of date (a test runs it)::
+``catalog.json`` beside this module, which ``python -m theseus.catalog`` writes from the
+live registries with a fingerprint of every theseus source file they were read from; those
+registered in this process (by ``--import FILE``, or a module already imported) come from
+the registries themselves and win over the file. When a fingerprinted file has changed
+since, the file is not trusted: the listing loads the registries (slow, never stale).
+``python -m theseus.catalog --check`` fails when the file is out of date (a test runs it)::
 
     .venv/bin/python -m theseus.catalog           # rewrite catalog.json after changing a job or a part
 
@@ -18,6 +20,7 @@ theseus.catalog --check`` fails when the file is out of date (a test runs it)::
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -27,11 +30,12 @@ from theseus.jobs import registry
 from theseus.train.parts import KINDS, Part
 from theseus.train.parts import parts as registered_parts
 
-__all__ = ["CATALOG", "built_in", "config_keys", "jobs", "live", "main", "parts"]
+__all__ = ["CATALOG", "built_in", "config_keys", "fingerprint", "jobs", "live", "main", "parts"]
 
-#: The built-in jobs and parts as listed: ``{"jobs": {key: description}, "parts": {kind: {name: [config,
-#: description]}}}``.
+#: The built-in jobs and parts as listed: ``{"sources": {file: hash}, "jobs": {key: description}, "parts":
+#: {kind: {name: [config, description]}}}``, files relative to the folder holding the package.
 CATALOG = Path(__file__).with_name("catalog.json")
+_TOP = Path(__file__).resolve().parents[1]  # the folder holding the theseus package
 
 
 def config_keys(member: type[Part]) -> str:
@@ -57,23 +61,46 @@ def _rows(found_jobs: dict[str, Any], found_parts: dict[str, dict[str, Any]]) ->
                       for kind, members in found_parts.items()}}
 
 
+def fingerprint(files: list[str]) -> dict[str, str]:
+    """File (relative to the folder holding the package) -> a hash of its bytes ("" when it is gone).
+
+    >>> fingerprint(["theseus/catalog.py"])["theseus/catalog.py"] != fingerprint(["theseus/jobs.py"])["theseus/jobs.py"]
+    True
+    """
+    out = {}
+    for name in files:
+        path = _TOP / name
+        out[name] = hashlib.blake2b(path.read_bytes(), digest_size=12).hexdigest() if path.is_file() else ""
+    return out
+
+
 def built_in() -> dict[str, Any]:
-    """The built-in jobs and parts as ``catalog.json`` lists them.
+    """The built-in jobs and parts: as ``catalog.json`` lists them while every source file it was written from
+    is unchanged, else as the registries do (`live`: slow, as it imports JAX, but never stale).
 
     >>> "gpt/train/pretrain" in built_in()["jobs"], list(built_in()["parts"]) == list(KINDS)
     (True, True)
     """
-    return json.loads(CATALOG.read_text())
+    stored = json.loads(CATALOG.read_text())
+    if fingerprint(list(stored["sources"])) == stored["sources"]:
+        return stored
+    return live()
 
 
 def live() -> dict[str, Any]:
-    """The built-in jobs and parts as their registries list them: imports every module that registers one
-    (JAX included), so run it in a process that registered nothing else.
+    """The built-in jobs and parts as their registries list them, and the theseus source files loaded to list
+    them: imports every module that registers one (JAX included), so run it in a process that registered
+    nothing else.
 
-    >>> live()["parts"]["optimizer"]["adamw"][1] == built_in()["parts"]["optimizer"]["adamw"][1]
+    >>> found = live(); found["parts"]["optimizer"]["adamw"][1].startswith("AdamW with decoupled weight decay")
+    True
+    >>> "theseus/train/optimizers.py" in found["sources"]
     True
     """
-    return _rows(registry(), registered_parts())
+    rows = _rows(registry(), registered_parts())
+    files = {str(Path(module.__file__).resolve().relative_to(_TOP)) for name, module in list(sys.modules.items())
+             if name.split(".")[0] == "theseus" and getattr(module, "__file__", None)}
+    return {"sources": fingerprint(sorted(files | {"theseus/catalog.py"})), **rows}
 
 
 def jobs(prefix: str = "") -> dict[str, str]:
@@ -117,12 +144,14 @@ def main(argv: list[str]) -> int:
         return 2
     current = live()
     if argv:
-        stored = built_in()
+        stored = json.loads(CATALOG.read_text())
         stale = [f"jobs {key}" for key in sorted({*current["jobs"], *stored["jobs"]})
                  if current["jobs"].get(key) != stored["jobs"].get(key)]
         stale += [f"parts {kind}/{name}" for kind in KINDS
                   for name in sorted({*current["parts"].get(kind, {}), *stored["parts"].get(kind, {})})
                   if current["parts"].get(kind, {}).get(name) != stored["parts"].get(kind, {}).get(name)]
+        stale += [f"source {name}" for name in sorted({*current["sources"], *stored["sources"]})
+                  if current["sources"].get(name) != stored["sources"].get(name)]
         if stale:
             print(f"{CATALOG} is out of date ({'; '.join(stale)}): run python -m theseus.catalog", file=sys.stderr)
             return 1

@@ -21,16 +21,16 @@ def test_catalog_json_matches_the_registries():
 
 
 def test_check_names_what_is_out_of_date_and_a_rewrite_fixes_it(tmp_path, monkeypatch, capsys):
-    current = {"jobs": {"a/job": "Does a."},
+    current = {"sources": {"theseus/catalog.py": "1"}, "jobs": {"a/job": "Does a."},
                "parts": {"loss": {"mine": ["loss: factor=0.5", "Mine."]}}}
-    stored = {"jobs": {"a/job": "Did a.", "gone/job": "Gone."},
+    stored = {"sources": {"theseus/catalog.py": "0"}, "jobs": {"a/job": "Did a.", "gone/job": "Gone."},
               "parts": {"loss": {"mine": ["loss: factor=0.5", "Mine."]}}}
     path = tmp_path / "catalog.json"
     path.write_text(json.dumps(stored))
     monkeypatch.setattr(catalog, "CATALOG", path)
     monkeypatch.setattr(catalog, "live", lambda: current)
     assert catalog.main(["--check"]) == 1
-    assert "(jobs a/job; jobs gone/job)" in capsys.readouterr().err
+    assert "(jobs a/job; jobs gone/job; source theseus/catalog.py)" in capsys.readouterr().err
     assert catalog.main([]) == 0 and json.loads(path.read_text()) == current
     assert catalog.main(["--check"]) == 0
     assert catalog.main(["--write"]) == 2 and json.loads(path.read_text()) == current  # bad usage writes nothing
@@ -38,7 +38,8 @@ def test_check_names_what_is_out_of_date_and_a_rewrite_fixes_it(tmp_path, monkey
 
 def test_a_part_or_job_registered_here_is_listed_over_the_file(tmp_path, monkeypatch):
     path = tmp_path / "catalog.json"
-    path.write_text(json.dumps({"jobs": {"a/job": "Does a."}, "parts": {"loss": {"mine": ["-", "Mine."]}}}))
+    path.write_text(json.dumps({"sources": catalog.fingerprint(["theseus/catalog.py"]), "jobs": {"a/job": "Does a."},
+                                "parts": {"loss": {"mine": ["-", "Mine."]}}}))
     monkeypatch.setattr(catalog, "CATALOG", path)
     assert "cross-entropy" in registered_parts("loss")  # the built-in parts are registered in this process
     assert catalog.jobs("a/") == {"a/job": "Does a."}
@@ -46,3 +47,13 @@ def test_a_part_or_job_registered_here_is_listed_over_the_file(tmp_path, monkeyp
     assert catalog.parts("loss")["loss"]["cross-entropy"][0] == "loss: z_loss=0.0"
     with pytest.raises(ValueError, match="the kinds are model"):
         catalog.parts("losses")
+
+
+def test_a_changed_source_file_is_not_trusted_the_registries_are_read(tmp_path, monkeypatch):
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps({"sources": {"theseus/catalog.py": "an older hash", "theseus/gone.py": ""},
+                                "jobs": {"a/job": "Does a."}, "parts": {}}))
+    monkeypatch.setattr(catalog, "CATALOG", path)
+    assert catalog.fingerprint(["theseus/gone.py"]) == {"theseus/gone.py": ""}
+    assert "a/job" not in catalog.jobs() and "gpt/train/pretrain" in catalog.jobs()
+    assert catalog.parts("optimizer")["optimizer"]["adamw"][1] == registered_parts("optimizer")["adamw"].description

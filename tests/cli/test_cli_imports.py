@@ -32,7 +32,7 @@ try:
     code = 0
 except SystemExit as e:
     code = e.code if isinstance(e.code, int) else 1
-heavy = sorted(m for m in sys.modules if m.split(".")[0] in %r)
+heavy = sorted({m.split(".")[0] for m in sys.modules} & set(%r))
 json.dump({"code": code, "heavy": heavy}, open(sys.argv[1], "w"))
 """ % (HEAVY,)
 

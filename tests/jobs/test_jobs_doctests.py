@@ -5,8 +5,8 @@ import importlib
 
 import pytest
 
-MODULES = ["theseus.config", "theseus.experiments", "theseus.jobs", "theseus.quick", "theseus.cli.app",
-           "theseus.cli.errors", "theseus.logs", "theseus.data.jobs"]
+MODULES = ["theseus.catalog", "theseus.config", "theseus.experiments", "theseus.jobs", "theseus.quick",
+           "theseus.cli.app", "theseus.cli.errors", "theseus.logs", "theseus.data.jobs"]
 
 
 @pytest.mark.parametrize("name", MODULES)
