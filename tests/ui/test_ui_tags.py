@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from starlette.testclient import TestClient
 
 from theseus.store import Node, Store, marks
@@ -61,3 +62,31 @@ def test_a_run_hidden_while_the_page_polls_is_not_sent_back(tmp_path):
     assert nonces["p.g.a"] not in {r["nonce"] for r in polled["rows"]}
     polled = client.get(f"/api/poll?since={token}&all=1").json()
     assert nonces["p.g.a"] in {r["nonce"] for r in polled["rows"]}
+
+
+@pytest.mark.slow
+def test_the_runs_page_filters_by_tag_and_shows_hidden_runs_when_asked(tmp_path):
+    """In a browser: the tags column, the tag box and the "hidden too" box (the URL keeps both)."""
+    from tests.system_packages import skip_or_fail
+    from tests.ui._browser import browser, chromium_paths, ui_server, wait_for
+
+    if chromium_paths() is None:
+        skip_or_fail("chromium and chromium-driver are missing: apt-get install chromium chromium-driver")
+    nonces = make(tmp_path)
+    store = Store(str(tmp_path))
+    marks.mark(store, nonces["p.g.a"], tags=["keep"], note="why")
+    marks.mark(store, nonces["p.g.b"], hidden=True)
+    shown = "return [...document.querySelectorAll('#runs-table tbody tr')].map(r => r.dataset.nonce).sort()"
+    with ui_server(str(tmp_path)) as url, browser(str(tmp_path / "downloads")) as driver:
+        for query, expected in (("", [nonces["p.g.a"]]), ("tag=keep", [nonces["p.g.a"]]), ("tag=other", []),
+                                ("all=1", sorted(nonces.values()))):
+            driver.get("about:blank")
+            driver.get(f"{url}/#/runs?{query}")
+            wait_for(driver, "document.body.dataset.ready === 'runs'")
+            assert driver.execute_script(shown) == expected, query
+        cell = driver.execute_script(f"return document.querySelector('tr[data-nonce=\"{nonces['p.g.a']}\"] "
+                                     "td[data-col=tags]').textContent")
+        assert "keep" in cell and "note" in cell
+        driver.find_element("id", "show-all").click()  # off again: the hidden run leaves the table
+        wait_for(driver, f"!document.querySelector('tr[data-nonce=\"{nonces['p.g.b']}\"]')")
+        assert "all=1" not in driver.current_url
