@@ -36,7 +36,7 @@ def test_lists_every_built_in_part_with_its_section_keys_and_description():
             config, description = table[(kind, name)]
             part = registry.get_part(kind, name)
             assert config.startswith(f"{part.section}: ") and description == part.description
-    assert table[("optimizer", "lion")][0] == "optimization: weight_decay=1.0, beta1=0.9, beta2=0.99, lr=3e-05"
+    assert table[("optimizer", "lion")][0] == "optimization: weight_decay=0.1, beta1=0.9, beta2=0.99, lr=0.0003"
     assert table[("schedule", "wsd")][0] == "optimization: warmup_pct=0.005, decay_pct=0.01, final_lr_frac=0.01"
     assert table[("model", "gpt")][0].startswith("architecture: dtype, n_embd=2048, ")
     kinds = [kind for kind, _ in table]

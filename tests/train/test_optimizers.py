@@ -1,7 +1,6 @@
 """The optimizer parts: defaults, one update's direction and size, weight-decay masks, Muon's split, bad values."""
 
 import dataclasses
-import math
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +10,13 @@ import pytest
 from omegaconf import OmegaConf
 from optax.contrib import MuonDimensionNumbers
 
+from tests.train._helpers import config, write_dataset
+from theseus.jobs import job
 from theseus.model import GPT, GPTConfig
+from theseus.quick import quick
+from theseus.store import Store, schema
+from theseus.train import Pretrain
+from theseus.train.config import load_config
 from theseus.train.optimizers import (
     SGD,
     AdamW,
@@ -22,6 +27,7 @@ from theseus.train.optimizers import (
     muon_dimension_numbers,
 )
 from theseus.train.parts import parts, section_fields
+from theseus.train.recipe import Recipe
 from theseus.train.schedules import WSD
 
 OPTIMIZERS = [AdamW, Lion, Muon, SGD]
@@ -225,6 +231,66 @@ def test_bad_values_raise_naming_the_key(cls, change, message):
         cls.build(dataclasses.replace(cls.Config(), **change), constant(1e-3))
 
 
-def test_lion_default_rate_is_a_tenth_of_adamw():
-    assert math.isclose(Lion.Config().lr, AdamW.Config().lr / 10)
-    assert isinstance(optax.lion(1e-3), optax.GradientTransformation)
+LEARNED = 0.4  # nats of loss every optimizer's defaults take off a tiny model in STEPS steps
+STEPS = 50
+
+
+def _periodic_batch():
+    """16 rows counting up by one from different starts: next token = this token + 1 (mod vocab)."""
+    starts = np.arange(16)[:, None] * 4
+    return jnp.asarray((starts + np.arange(CFG.block_size + 1)[None, :]) % CFG.vocab_size, jnp.int32)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", OPTIMIZERS, ids=lambda c: c.name)
+def test_each_optimizers_default_rate_trains_a_small_model(cls):
+    """A recipe of the optimizer whose config sets no rate: the composed ``optimization.lr`` is the part's
+    default, and STEPS steps of the recipe's optimizer (clipping, default schedule) take LEARNED nats off."""
+    recipe = type("OnlyOptimizer", (Recipe,), {"OPTIMIZER": cls})
+    config = load_config(None, recipe.Config)
+    assert config.optimization.lr == cls.Config().lr
+    model, tokens = GPT(CFG), _periodic_batch()
+    optimizer = recipe().optimizer(config, STEPS)
+
+    def loss_of(params):
+        logits = model.apply({"params": params}, tokens[:, :-1])
+        return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
+
+    @jax.jit
+    def step(params, state):
+        loss, grads = jax.value_and_grad(loss_of)(params)
+        updates, state = optimizer.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss
+
+    params = model.init(jax.random.PRNGKey(0), tokens[:, :-1])["params"]
+    state, losses = optimizer.init(params), []
+    for _ in range(STEPS):
+        params, state, loss = step(params, state)
+        losses.append(float(loss))
+    assert losses[0] - losses[-1] > LEARNED, (cls.name, losses[0], losses[-1])
+
+
+@job("tests/train/lion-defaults", "Pretrain with Lion, the README's example's optimizer.")
+class LionPretrain(Pretrain):
+    OPTIMIZER = Lion
+
+
+@pytest.mark.slow
+def test_the_rate_a_run_records_is_the_rate_it_trains_with(tmp_path):
+    """No ``optimization.lr`` set: the run records Lion's default and its schedule peaks there; a rate set wins."""
+    write_dataset(tmp_path, tokens=5000)
+    for rate in (None, 1e-3):
+        cfg = config(training={"tokens": 8 * 32 * 4}, logging={"report_interval": 1})
+        cfg["optimization"].pop("lr")  # the tiny configs' own rate
+        if rate:
+            cfg["optimization"]["lr"] = rate
+        with quick(str(tmp_path)) as q:
+            q.build("tests/train/lion-defaults", "lion-set" if rate else "lion-default")
+            q.config.merge_with(OmegaConf.create(cfg))
+            job = q.create()
+            first = job.node
+            job()
+        store = Store(str(tmp_path))
+        recorded = OmegaConf.create(store.record(first)[schema.CONFIG]).optimization.lr
+        used = [store.record(n)["train/lr"] for n in store.find().nonce(first.nonce).has("train/lr").all()]
+        assert recorded == (rate or Lion.Config().lr) and used == [pytest.approx(recorded)] * 4
