@@ -126,6 +126,8 @@ def test_markup_from_the_root_never_runs_on_any_page(driver, hostile):
 
     visit(driver, f"{url}/#/run/{nonces['failed']}", "run")
     assert driver.execute_script("return document.getElementById('run-error').textContent") == PAYLOAD
+    assert driver.execute_script("return document.getElementById('run-note').textContent") == PAYLOAD
+    assert driver.execute_script("return document.getElementById('run-tags').textContent") == "ok"  # markup: no tag
     assert_inert(driver, "failed run page")
 
     visit(driver, f"{url}/#/run/{nonces['launched']}", "run")

@@ -32,7 +32,9 @@ T.pages.run = (() => {
         <section id="summary"><h2>Summary</h2>${kv([["job", T.esc(r.job || "-")], ["nodes", `<span id="run-nodes">${num(r.nodes)}</span>`],
           ["last seq", `<a href="${nodeHref(nodeId(r.name, r.nonce, r["last seq"]))}">${num(r["last seq"])}</a>`],
           ["last write", `<span title="${T.esc(T.when(r.written))}">${T.esc(T.ago(r.written))}</span>`],
-          ["train/loss", `<span id="run-loss">${num(r["train/loss"])}</span>`], ["val/loss", num(r["val/loss"])], ["train/tokens", num(r["train/tokens"])]])}
+          ["train/loss", `<span id="run-loss">${num(r["train/loss"])}</span>`], ["val/loss", num(r["val/loss"])], ["train/tokens", num(r["train/tokens"])],
+          ["tags", `<span id="run-tags">${T.esc((r.tags || []).join(", ") || "-")}${r.hidden ? " (hidden)" : ""}</span>`],
+          ["note", `<span id="run-note">${T.esc(r.note || "-")}</span>`]])}
           ${page.error ? `<h2>Failure</h2><pre class="error" id="run-error">${T.esc(page.error)}</pre>` : ""}
         </section>
         <section id="lineage"><h2>Lineage</h2>
