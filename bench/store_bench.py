@@ -58,7 +58,7 @@ import numpy as np
 import polars as pl
 
 from theseus.store import Node, Store
-from theseus.store.segments import list_segments
+from theseus.store.listing import list_segments
 
 INGEST_KEYS = [
     "train/loss", "train/lr", "train/grad_norm", "train/step_time",

@@ -13,7 +13,7 @@ import pytest
 
 from theseus.audit import audit, gc
 from theseus.store import Node, Store
-from theseus.store.segments import list_segments
+from theseus.store.listing import list_segments
 
 pytestmark = pytest.mark.slow  # the session fixture trains three tiny runs
 

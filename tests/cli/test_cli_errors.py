@@ -9,7 +9,7 @@ from loguru import logger
 from typer.testing import CliRunner
 
 from theseus.cli import app
-from theseus.store import Node, Store, segments
+from theseus.store import Node, Store, listing
 from theseus.store import fs as rootfs
 
 runner = CliRunner()
@@ -75,7 +75,7 @@ def test_an_unreadable_folder(tmp_path, monkeypatch):
     def broken(path):
         raise OSError(errno.EIO, "Input/output error", path)
 
-    monkeypatch.setattr(segments, "_scandir", broken)
+    monkeypatch.setattr(listing, "_scandir", broken)
     for command in (["ls"], ["compact"]):
         code, out = invoke(command, tmp_path)
         assert code == 2 and out.startswith("error: OSError: [Errno 5] Input/output error") and str(tmp_path) in out

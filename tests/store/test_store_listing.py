@@ -1,4 +1,4 @@
-"""Listings reused by folder ctime (segments.Listings): a new segment is never hidden."""
+"""Listings reused by folder ctime (listing.Listings): a new segment is never hidden."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import os
 import shutil
 import time
 
-from theseus.store import Node, Store, segments, view_fold
+from theseus.store import Node, Store, listing, view_fold
 from theseus.store.index import Index
-from theseus.store.segments import Listings, ctime_proves_listings
+from theseus.store.listing import Listings
+from theseus.store.mounts import ctime_proves_listings
 from theseus.store.view import list_views, read_view
 
 
@@ -47,7 +48,7 @@ def test_cached_listing_sees_new_segments_runs_and_names(tmp_path, monkeypatch):
     assert _losses(store) == [1.0]
     listed = []
     with monkeypatch.context() as patched:
-        patched.setattr(segments, "_scandir", lambda path: listed.append(path) or os.listdir(path))
+        patched.setattr(listing, "_scandir", lambda path: listed.append(path) or os.listdir(path))
         assert _losses(store) == [1.0]
     assert listed == []  # the listing is cached...
     _write(store, n.next(), 2.0)  # ...and a new segment in a cached run folder is still seen
@@ -95,7 +96,7 @@ def test_view_record_spares_listing_and_a_copied_root_lists_again(tmp_path, monk
     assert view.listing["log"] is not None and all(c is not None for c in view.listing["runs"])
     cold = Store(tmp_path / "a")
     listed = []
-    monkeypatch.setattr(segments, "_scandir", lambda path: listed.append(path) or os.listdir(path))
+    monkeypatch.setattr(listing, "_scandir", lambda path: listed.append(path) or os.listdir(path))
     assert sorted(_losses(cold)) == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5]
     assert listed == []  # answered from the view's record: no folder listed
     _write(cold, nodes[0].next().next(), 9.0)  # a new segment: its folder's ctime moved
@@ -168,7 +169,7 @@ def test_an_incremental_compaction_lists_each_folder_at_most_once_and_its_record
     _write(store, Node.start("p.inc.late"), 7.0)
     time.sleep(1.1)
     listed = []
-    monkeypatch.setattr(segments, "_scandir", lambda path: listed.append(path) or os.listdir(path))
+    monkeypatch.setattr(listing, "_scandir", lambda path: listed.append(path) or os.listdir(path))
     Store(tmp_path).compact()
     assert len(list_views(store)) == 2
     assert listed and len(listed) == len(set(listed)), listed

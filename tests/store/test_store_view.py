@@ -215,8 +215,8 @@ def test_a_segment_without_block_index_is_read_and_compacted(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from theseus.store.listing import run_dir
     from theseus.store.schema import KEYS_METADATA, SEGMENT_SCHEMA
-    from theseus.store.segments import run_dir
 
     store = Store(tmp_path)
     a = Node("proj.view.legacy", "1e6ac7", 0)  # a lineage begun by hand: the writer continues it, named

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tests.store._segments import rewrite_footer, segment_files
 from tests.store.test_run_summary import equal, messy_root, reference_runs
 from theseus.store import CorruptSegment, Node, Store, summary
-from theseus.store.segments import check_segment, read_footer
+from theseus.store.footers import check_segment, read_footer
 
 
 def without_latest(keys, index):

@@ -53,12 +53,13 @@ from theseus.jobs import missing_job
 from theseus.store import fs as rootfs
 from theseus.store import schema, trust
 from theseus.store.fold import node_ids
+from theseus.store.footers import check_segment
 from theseus.store.index import Index
 from theseus.store.layout import CONFIG_FILE, LOG, MANIFEST, OBJECTS
+from theseus.store.listing import list_segments, partition_of, partition_ok, retry_vanished, vanished
 from theseus.store.node import check_nonce, decode_id, encode_id
 from theseus.store.reader import empty_frame, value_expr
 from theseus.store.recency import ORDER, latest_rows
-from theseus.store.segments import check_segment, list_segments, partition_of, partition_ok, retry_vanished, vanished
 from theseus.store.view import list_views, reject_view
 from theseus.store.view_fold import check_view
 
@@ -311,7 +312,7 @@ def _decodes(node_id: str) -> bool:
 
 def _read_segments(fs, base: str, paths: list[str], problems: list[Problem]) -> pl.DataFrame:
     """Every record of ``paths``, each segment read and checked the way readers read it
-    (``segments.check_segment``); the bad ones become problems naming the file."""
+    (``footers.check_segment``); the bad ones become problems naming the file."""
     if not paths:
         return empty_frame().collect()
     paths = _regular(fs, base, paths, problems)

@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from theseus.store import schema
+from theseus.store.listing import list_segments, retry_vanished
 from theseus.store.node import Node
 from theseus.store.reader import scan
-from theseus.store.segments import list_segments, retry_vanished
 
 if TYPE_CHECKING:
     from theseus.store.store import Store

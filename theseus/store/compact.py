@@ -25,14 +25,13 @@ from theseus.store import fs as rootfs
 from theseus.store import latest as latest_records
 from theseus.store.fold import key_batches
 from theseus.store.index import Index
+from theseus.store.listing import partition_of, run_dir
 from theseus.store.schema import INDEX_METADATA, KEYS_METADATA, SEGMENT_SCHEMA
 from theseus.store.segments import (
     SMALL_SEGMENT_ROWS,
     CorruptSegment,
     footer_metadata,
     index_of,
-    partition_of,
-    run_dir,
     segment_name,
     segment_schema,
     segment_writer,
@@ -183,7 +182,7 @@ def merge_tables(tables: list[pa.Table]) -> pa.Buffer:
     """One segment's bytes holding every record of ``tables`` (each in :func:`sort_records` order),
     identical records once, written key by key.
 
-    >>> from theseus.store.segments import parse_footer
+    >>> from theseus.store.footers import parse_footer
     >>> rows = lambda seqs, stamp: pa.table({"node": ["n"] * len(seqs), "seq": seqs, "parent": [None] * len(seqs),
     ...     "stamp": [stamp] * len(seqs), "writer": ["w"] * len(seqs), "key": ["a"] * len(seqs),
     ...     "float": [1.0] * len(seqs), "int": [None] * len(seqs), "bool": [None] * len(seqs),

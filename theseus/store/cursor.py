@@ -14,10 +14,10 @@ from theseus.store import fs as rootfs
 from theseus.store import marks, schema, topk
 from theseus.store.fold import WRITTEN, node_ids
 from theseus.store.index import Index
+from theseus.store.listing import vanished
 from theseus.store.node import Node, check_nonce, decode_id, normalize_name
 from theseus.store.nonces import one_name
 from theseus.store.scope import Scope, read_scope
-from theseus.store.segments import vanished
 
 if TYPE_CHECKING:
     import pandas

@@ -76,7 +76,8 @@ def fold_run(
 
     >>> import tempfile
     >>> from theseus.store import Store, Node
-    >>> from theseus.store.segments import list_segments, read_footer
+    >>> from theseus.store.footers import read_footer
+    >>> from theseus.store.listing import list_segments
     >>> store = Store(tempfile.mkdtemp())
     >>> n = Node.start("doc")
     >>> with store.writer() as w:
@@ -106,7 +107,8 @@ def fold_values(fs: fsspec.AbstractFileSystem, segments: list[tuple[str, Footer]
 
     >>> import tempfile
     >>> from theseus.store import Store, Node
-    >>> from theseus.store.segments import list_segments, read_footer
+    >>> from theseus.store.footers import read_footer
+    >>> from theseus.store.listing import list_segments
     >>> store = Store(tempfile.mkdtemp())
     >>> n = Node.start("doc")
     >>> with store.writer() as w:

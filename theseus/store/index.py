@@ -16,15 +16,9 @@ import fsspec
 from loguru import logger
 
 from theseus.store import fs as rootfs
-from theseus.store.segments import (
-    CorruptSegment,
-    FooterCache,
-    Listings,
-    RecordedListings,
-    list_runs,
-    list_segments,
-    recorded_runs,
-)
+from theseus.store.footers import FooterCache
+from theseus.store.listing import Listings, RecordedListings, list_runs, list_segments, recorded_runs
+from theseus.store.segments import CorruptSegment
 from theseus.store.view import View, list_views, read_view
 from theseus.store.views import Views
 

@@ -50,8 +50,8 @@ import secrets
 from theseus.store import fs as rootfs
 from theseus.store.index import Index
 from theseus.store.layout import NONCES
+from theseus.store.listing import partition_ok
 from theseus.store.node import check_nonce, drew, normalize_name, take_drawn
-from theseus.store.segments import partition_ok
 
 __all__ = ["AmbiguousNonce", "NonceTaken", "begin", "claims", "holders", "one_name"]
 

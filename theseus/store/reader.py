@@ -11,9 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
+from theseus.store.listing import partition_of
 from theseus.store.recency import latest_of
 from theseus.store.schema import SEGMENT_SCHEMA
-from theseus.store.segments import CorruptSegment, partition_of
+from theseus.store.segments import CorruptSegment
 
 HIVE = {"name": pl.String, "nonce": pl.String}
 

@@ -23,7 +23,8 @@ import pyarrow as pa
 
 from theseus.store.fold import DTYPES, WRITTEN, fold_run, fold_values, python_values, with_identity
 from theseus.store.index import Index
-from theseus.store.segments import CorruptSegment, is_glob, retry_vanished, union_keys, vanished
+from theseus.store.listing import is_glob, retry_vanished, vanished
+from theseus.store.segments import CorruptSegment, union_keys
 from theseus.store.summary import UnreadableRun
 from theseus.store.view import CorruptView
 from theseus.store.views import Views

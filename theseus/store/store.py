@@ -13,11 +13,11 @@ from theseus.store import layout
 from theseus.store.compact import compact
 from theseus.store.cursor import Cursor, EmptyResult
 from theseus.store.index import Index
+from theseus.store.listing import retry_vanished
 from theseus.store.node import Node, check_nonce, decode_id, normalize_name
 from theseus.store.nonces import AmbiguousNonce, ambiguous
 from theseus.store.reader import latest_value, scan
 from theseus.store.scope import read_scope
-from theseus.store.segments import retry_vanished
 from theseus.store.status import with_status
 from theseus.store.summary import readable, summarize_each, summarize_runs, summary_frame
 from theseus.store.view_fold import refresh_view

@@ -23,9 +23,10 @@ import polars as pl
 
 from theseus.store import schema
 from theseus.store.fold import DTYPES, WRITTEN, fold_run
+from theseus.store.listing import vanished
 from theseus.store.recency import later, latest_of
 from theseus.store.schema import TYPES
-from theseus.store.segments import CorruptSegment, Footer, union_keys, vanished
+from theseus.store.segments import CorruptSegment, Footer, union_keys
 
 METRICS = ("train/loss", "val/loss", "train/tokens")
 SCAN_CHUNK = 500  # segments per scan of summarize_runs: the first scans run while later footers are read

@@ -45,8 +45,9 @@ from loguru import logger
 from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.fold import ARROW, DTYPES, WRITTEN, node_ids, with_identity
+from theseus.store.footers import read_tail_metadata
 from theseus.store.layout import VIEW
-from theseus.store.segments import CorruptSegment, read_tail_metadata
+from theseus.store.segments import CorruptSegment
 from theseus.store.summary import MARKS, SUMMARY_KEYS, Summary
 
 
@@ -88,7 +89,7 @@ class View:
     run_keys: list[int]  # per run: its signature
     latest_records: dict[str, list]  # per run key (RUN_KEYS): per run [value, stamp, writer] or None
     summary_text: bytes | dict | None = field(default=None, compare=False, repr=False)  # the summary entry
-    listing: dict | None = field(default=None, compare=False, repr=False)  # segments.record_listings at build time
+    listing: dict | None = field(default=None, compare=False, repr=False)  # listing.record_listings at build time
     meta: pq.FileMetaData | None = field(default=None, compare=False, repr=False)
     file: pq.ParquetFile | None = field(default=None, compare=False, repr=False)  # local views only
 

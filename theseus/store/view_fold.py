@@ -21,9 +21,10 @@ from theseus.store import fs as rootfs
 from theseus.store.fold import WRITTEN, fold_run, node_ids, with_identity
 from theseus.store.index import Index
 from theseus.store.latest import same_value
+from theseus.store.listing import record_listings
 from theseus.store.node import MAX_SEQ
 from theseus.store.scope import empty_nodes
-from theseus.store.segments import CorruptSegment, record_listings, union_keys
+from theseus.store.segments import CorruptSegment, union_keys
 from theseus.store.summary import SUMMARY_KEYS
 from theseus.store.view import (
     LATEST_KEYS,

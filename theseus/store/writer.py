@@ -29,9 +29,11 @@ from theseus.store import nonces, schema, trust
 from theseus.store.fold import ARROW
 from theseus.store.index import Index
 from theseus.store.latest import entry as latest_entry
+from theseus.store.layout import LOG
+from theseus.store.listing import retry_vanished, run_dir
 from theseus.store.node import _PREVIOUS, Node, lineage_columns
 from theseus.store.scope import Scope
-from theseus.store.segments import LOG, encode, retry_vanished, run_dir, segment_name
+from theseus.store.segments import encode, segment_name
 
 _PYTYPE = {float: "float", int: "int", bool: "bool", str: "str"}
 _LIVE: weakref.WeakSet[Writer] = weakref.WeakSet()  # registry of open writers, closed in a forked child

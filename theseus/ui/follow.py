@@ -35,9 +35,10 @@ import polars as pl
 
 from theseus.store import Store, schema
 from theseus.store import fs as rootfs
+from theseus.store.listing import Listings, list_runs, retry_vanished, vanished
 from theseus.store.nonces import AmbiguousNonce, ambiguous
 from theseus.store.recency import latest_rows
-from theseus.store.segments import CorruptSegment, Listings, list_runs, retry_vanished, vanished
+from theseus.store.segments import CorruptSegment
 from theseus.store.summary import SUMMARY_KEYS, Summary, UnreadableRun
 from theseus.ui.records import EMPTY, Records, latest_value, read_segments
 

@@ -32,9 +32,10 @@ from typing import Any, Protocol
 import fsspec
 import polars as pl
 
+from theseus.store.listing import vanished
 from theseus.store.reader import scan
 from theseus.store.recency import latest_of, latest_row, latest_rows
-from theseus.store.segments import CorruptSegment, vanished
+from theseus.store.segments import CorruptSegment
 from theseus.store.summary import UnreadableRun
 
 MAX_RUNS = 64  # runs whose records are held at once (the pages and charts open)
