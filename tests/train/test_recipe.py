@@ -192,6 +192,9 @@ def test_a_loss_override_shows_in_the_logged_loss(tmp_path):
     plain = records(str(tmp_path), run(str(tmp_path), "gpt/train/pretrain", small(), "plain").node.nonce)
     plus = records(str(tmp_path), run(str(tmp_path), "tests/train/plus-one", small(), "plus").node.nonce)
     assert plus[1]["train/loss"] == pytest.approx(plain[1]["train/loss"] + 1.0, abs=1e-5)
+    # a constant has no gradient: the same params, validated with the job's loss
+    for key in ("val/loss", "val/fineweb/loss"):
+        assert plus[2][key] == pytest.approx(plain[2][key] + 1.0, abs=1e-5)
 
 
 def test_a_model_override_shows_in_the_logged_loss(tmp_path):

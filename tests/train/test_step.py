@@ -5,6 +5,7 @@ import optax
 import pytest
 
 from theseus.model import GPT, GPTConfig, loss_fn
+from theseus.model.gpt import cross_entropy
 from theseus.train.optimizers import AdamW
 from theseus.train.schedules import wsd_schedule
 from theseus.train.step import (
@@ -160,6 +161,8 @@ def test_eval_step_is_the_masked_mean(params):
     ref_loss, _ = jax.jit(reference)(params, batch)
     assert float(out["loss"]) == pytest.approx(float(ref_loss), abs=1e-6)
     assert int(out["tokens"]) == 16 + 2 + 8 + 16
+    shifted = jax.jit(make_eval_step(MODEL, token_loss=lambda logits, y: cross_entropy(logits, y) + 1.0))
+    assert float(shifted(params, batch)["loss"]) == pytest.approx(float(ref_loss) + 1.0, abs=1e-6)
 
 
 def test_bad_batches():

@@ -219,11 +219,13 @@ def make_train_step(
     return train_step
 
 
-def make_eval_step(model: nn.Module):
+def make_eval_step(model: nn.Module, *, token_loss=cross_entropy):
     """Build `eval_step(params, batch) -> {"loss", "tokens"}`: mean masked loss, no dropout.
 
     `batch` is like train_step's ([rows, T] or [accum, micro, T], flattened here).
     `tokens` is the mask count, to weight a mean over several eval batches.
+    `token_loss(logits, y) -> [B, T]`: the per-token loss, the train step's (default
+    cross-entropy), so a validation loss measures what training minimises.
 
     >>> import jax, jax.numpy as jnp
     >>> from theseus.model import GPT, GPTConfig
@@ -242,7 +244,7 @@ def make_eval_step(model: nn.Module):
         mask = mask.astype(jnp.float32)
         logits = model.apply({"params": params}, x, deterministic=True)
         count = jnp.sum(mask)
-        loss = jnp.sum(cross_entropy(logits, y) * mask) / jnp.maximum(count, 1.0)
+        loss = jnp.sum(token_loss(logits, y) * mask) / jnp.maximum(count, 1.0)
         return {"loss": loss, "tokens": count.astype(jnp.int32)}
 
     return eval_step

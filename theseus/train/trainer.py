@@ -641,7 +641,8 @@ class Trainer:
         if self._eval_step is None:
             param_sh = self.state_shardings["params"]
             batch_sh = {k: self.batch_sharding for k in BATCH_KEYS}
-            self._eval_step = jax.jit(make_eval_step(self.model), in_shardings=(param_sh, batch_sh),
+            self._eval_step = jax.jit(make_eval_step(self.model, token_loss=self.token_loss),
+                                      in_shardings=(param_sh, batch_sh),
                                       out_shardings=self.replicated)
         total = jnp.zeros((), jnp.float32)
         count = jnp.zeros((), jnp.float32)
