@@ -29,12 +29,13 @@ True
 import dataclasses
 import decimal
 import difflib
+import math
 import warnings
 from collections.abc import Iterable
 from typing import Any
 
 import yaml
-from omegaconf import AnyNode, DictConfig, IntegerNode, ListConfig, OmegaConf
+from omegaconf import AnyNode, DictConfig, FloatNode, IntegerNode, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 
@@ -161,6 +162,29 @@ def _typed(node: Any, text: str) -> Any:
         return value if isinstance(value, (int, float, bool, str)) else text
     if isinstance(node, IntegerNode):
         return _whole(text)
+    if isinstance(node, FloatNode):
+        return _finite_unless_spelt(text)
+    return str(text)
+
+
+def _finite_unless_spelt(text: str) -> str:
+    """A float key's override as is, unless it is a number too large for a float (``1e400`` would be read
+    as inf): a ``ConfigError``. ``inf`` and ``nan`` spelt out are taken as written.
+
+    >>> _finite_unless_spelt("1e-3"), _finite_unless_spelt("inf")
+    ('1e-3', 'inf')
+    >>> try:
+    ...     _finite_unless_spelt("1e400")
+    ... except ConfigError as e:
+    ...     print(e)
+    1e400 is out of the range of a float
+    """
+    try:
+        number = float(text)
+    except ValueError:
+        return str(text)
+    if math.isinf(number) and "inf" not in text.lower():
+        raise ConfigError(f"{text} is out of the range of a float")
     return str(text)
 
 

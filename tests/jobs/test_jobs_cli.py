@@ -56,6 +56,8 @@ def test_run_fineweb_from_local_parquet(tmp_path, fineweb_file):
     (["data/tokenize/finweb", "r"], "unknown job 'data/tokenize/finweb'; did you mean data/tokenize/fineweb?"),
     (["data/tokenize/pydoc", "r", "data.max_tokenz=5"], "unknown config key 'data.max_tokenz'; did you mean"),
     (["data/tokenize/pydoc", "r", "data.max_tokens=lots"], "bad value for config key 'data.max_tokens'"),
+    (["data/tokenize/pydoc", "r", "data.max_tokens=2.5e-1"],
+     "bad value for config key 'data.max_tokens': 2.5e-1 is not a whole number (the key takes an int)"),
     (["data/tokenize/pydoc", "r", "max_samples"], "override 'max_samples' is not of the form"),
     (["data/tokenize/pydoc", "r", "tokenizer.name=nope_base"], "unknown tiktoken encoding 'nope_base'"),
     (["data/tokenize/text", "r", "data.text.paths=/nonexistent/c.txt"], "corpus file not found: '/nonexistent/c"),

@@ -169,3 +169,9 @@ def test_a_training_job_takes_its_token_budget_as_1e9():
     assert cfg.training.tokens == 1_000_000_000 and "tokens: 1000000000" in to_yaml(cfg)
     with pytest.raises(ConfigError, match="'training.tokens': 1.5e0 is not a whole number"):
         apply_overrides(cfg, ["training.tokens=1.5e0"])
+
+
+def test_a_float_key_refuses_a_number_too_large_for_a_float():
+    with pytest.raises(ConfigError, match="config key 'inner.rate': 1e400 is out of the range of a float"):
+        apply_overrides(structured(Outer), ["inner.rate=1e400"])
+    assert apply_overrides(structured(Outer), ["inner.rate=-2e-3"]).inner.rate == -0.002
