@@ -221,9 +221,9 @@ def _whole(text: str) -> int | str:
 def apply_overrides(cfg: DictConfig, overrides: Iterable[str]) -> DictConfig:
     """Apply ``key=value`` overrides to ``cfg`` in place (and return it).
 
-    Each value is converted by its key's type (``1000`` for an int key, ``true``
-    for a bool, ``[a.txt, b.txt]`` for a list; a plain string given to a list key
-    is a list of one; ``null`` is None; a str key keeps the text verbatim).
+    Each value is converted by its key's type (``1000`` or ``1e9`` for an int key,
+    ``true`` for a bool, ``[a.txt, b.txt]`` for a list; a plain string given to a
+    list key is a list of one; ``null`` is None; a str key keeps the text verbatim).
     An unknown key or a value of the wrong type is a ``ConfigError`` naming the
     key's path (and close matches); ``cfg`` is left unchanged then.
 
