@@ -10,7 +10,8 @@ writes every moment of a run to the store:
 - ``job()`` runs it: records the job key and config YAML at the first node
   (status ``running``), calls ``run()``, then records ``finished`` on the
   current node; an exception records ``failed`` with the traceback text and is
-  re-raised.
+  re-raised, except ``Preempted`` (a job that stopped early on request after
+  committing a checkpoint), which records the status ``preempted``.
 - ``tick()`` moves to the next node (seq + 1, parent = the previous id);
   ``save()`` writes this node's artifacts.
 
@@ -90,9 +91,10 @@ from theseus.store import fs as rootfs
 from theseus.store.claim import claim
 from theseus.store.layout import CONFIG_FILE, JOB_FILE
 from theseus.store.node import Node
+from theseus.store.status import PREEMPTED
 
-__all__ = ["JOB_MODULES", "Job", "UnknownJobError", "get_job", "import_registering", "job", "key_of", "missing_job",
-           "registry"]
+__all__ = ["EXIT_PREEMPTED", "JOB_MODULES", "Job", "Preempted", "UnknownJobError", "get_job", "import_registering",
+           "job", "key_of", "missing_job", "registry"]
 
 #: Modules imported (once, when the registry is first read) to register the built-in jobs.
 #: A module that does not exist yet is skipped; add yours here or import it before use.
@@ -102,6 +104,28 @@ _REGISTRY: dict[str, type[Job]] = {}  # the only global mutable state of the job
 _LOADED: set[str] = set()
 _DRAWS = 8  # nonces a job draws for a new lineage before a clash is an error (clashes are rare: one in a row is chance)
 _KEY = re.compile(r"^[a-z0-9][a-z0-9_\-]*(/[a-z0-9][a-z0-9_\-]*)*$")
+
+
+#: The exit code of a process whose job was preempted (SIGTERM) and committed a checkpoint to resume from:
+#: EX_TEMPFAIL of sysexits.h, "try again later"; distinct from a failure (1) and from a kill (143, 137).
+EXIT_PREEMPTED = 75
+
+
+class Preempted(Exception):
+    """The job stopped before its end on request (SIGTERM) after committing a checkpoint at ``node``.
+
+    ``job()`` records the run's status ``preempted`` (not failed) and re-raises it; resuming the
+    run (``theseus run ... --resume``, ``q.find()...resume()``) continues from ``node``.
+
+    >>> e = Preempted(Node("general.default.r", "abcdef", 0).next(), step=1)
+    >>> e.step, str(e).startswith("preempted after step 1")
+    (1, True)
+    """
+
+    def __init__(self, node: Node, step: int):
+        super().__init__(f"preempted after step {step}; the checkpoint at node {node.id} "
+                         f"({node.name}:{node.nonce}:{node.seq}) resumes it")
+        self.node, self.step = node, step
 
 
 class UnknownJobError(KeyError, ValueError):
@@ -457,6 +481,10 @@ class Job:
                 self.log.info(f"JOB {run} | synchronized and starting with nodeid={self.node.id}")
                 result = self.run()
                 w.finished(self.node)
+            except Preempted as e:
+                self.log.warning(f"JOB {run} | {e}")
+                w.status(e.node, PREEMPTED)
+                raise
             except BaseException as e:
                 text = traceback.format_exc()
                 self.log.error(f"JOB {run} | failed at nodeid={self.node.id}: {type(e).__name__}: {e}")

@@ -189,7 +189,7 @@ SlurmdParameters=config_overrides
 SlurmctldTimeout=10
 SlurmdTimeout=10
 InactiveLimit=0
-KillWait=2
+KillWait=10
 MinJobAge=300
 NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=4000 State=UNKNOWN
 PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP

@@ -180,14 +180,26 @@ def test_a_launch_past_its_deadline_is_stopped_and_recorded(tmp_path):
     assert shown.output.count("deadline of 25 s passed") == 2  # both processes stopped
 
 
+@pytest.mark.slow
+def test_autobatch_on_two_processes_agrees_on_one_size(tmp_path):
+    root = make_root(tmp_path)
+    done = theseus("launch", "gpt/train/pretrain", "auto", root, *TINY, "training.per_device_batch_size=-1",
+                   "--processes", "2", "--devices-per-process", "1", "--timeout", "360",
+                   env={"THESEUS_AUTOBATCH_SIZE_CANDIDATES": "4 2"})
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    store = Store(root)
+    nonce = store.runs()["nonce"][0]
+    assert "per_device_batch_size: 4" in store.run_record(nonce)["_config"]  # the resolved size is recorded
+    assert done.stdout.count("AUTOBATCH | per_device_batch_size=4") == 2  # each process probed
+    assert len(losses(store, nonce)) == STEPS
+
+
 # --- bad input: refused before anything starts, nothing written ---------------------------
 
 BAD = [
     (["data/tokenize/pydok", "r"], "did you mean data/tokenize/pydoc"),
     (["gpt/train/pretrain", "r", "training.tokenz=5"], "training.tokenz"),
     (["gpt/train/pretrain", "r", "training.tokens=lots"], "training.tokens"),
-    (["gpt/train/pretrain", "r", "--processes", "2"], "per_device_batch_size=-1"),
-    (["gpt/train/pretrain", "r", "training.per_device_batch_size=-1", "--processes", "2"], "set an explicit size"),
     (["gpt/train/pretrain", "r", "training.per_device_batch_size=2", "--processes", "0"], "processes must be"),
     (["gpt/train/pretrain", "r", "--resume", "Z2VuZXJhbC5kZWZhdWx0LnI6YWJjZGVmOjI"], "no records"),
     (["gpt/train/pretrain", "r", "--resume", "nonsense"], "malformed node id"),

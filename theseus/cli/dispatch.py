@@ -9,7 +9,7 @@
 ``launch`` starts N local processes under ``jax.distributed`` (one run, one root);
 ``submit`` picks a host from the inventory and starts the run there; ``logs``
 prints what the processes of a launched run wrote. Bad input (unknown job or
-config key, wrong type, autobatch with several processes, unknown node) exits
+config key, wrong type, unknown node) exits
 with code 2 before anything starts and writes nothing.
 
 >>> from typer.testing import CliRunner
@@ -30,10 +30,14 @@ from theseus.cli.errors import BAD_INPUT, fail
 from theseus.dispatch.inventory import load_inventory
 from theseus.dispatch.local import launch_local
 from theseus.dispatch.logs import find_logs
+from theseus.dispatch.remote import LaunchFailed
 from theseus.dispatch.solver import solve
 from theseus.dispatch.submit import request_for
 from theseus.dispatch.submit import submit as submit_spec
+from theseus.jobs import EXIT_PREEMPTED
 from theseus.quick import build_spec
+
+RESTARTS = 3  # starts of a preempted run --auto-resume makes before it reports the preemption
 
 
 def _say(message: str) -> None:
@@ -51,17 +55,22 @@ def launch(
     resume: Annotated[str | None, typer.Option("--resume", help="Continue the run from this node id")] = None,
     branch: Annotated[str | None, typer.Option("--branch", help="Start RUN_NAME as a branch of this node id")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Stop every process after this many seconds")] = 3600.0,
+    auto_resume: Annotated[bool, typer.Option(
+        "--auto-resume", help=f"Start the run again, resuming it, when it is preempted (at most {RESTARTS} times)")
+    ] = False,
 ) -> None:
     """Run JOB_KEY as RUN_NAME in ROOT as N local processes under jax.distributed.
 
     Every process writes to ROOT: process 0 the log records, each its own checkpoint
     shards and its output (``theseus logs ROOT NONCE``). Exit code 0 when every
-    process succeeded, 1 when the run failed (recorded in the root), 2 on bad input.
+    process succeeded, 1 when the run failed (recorded in the root), 2 on bad input,
+    75 when it was preempted (SIGTERM: a checkpoint committed); with --auto-resume a
+    preempted run is started again and resumes from that checkpoint.
     \f
     >>> from typer.testing import CliRunner
     >>> from theseus.cli import app
-    >>> result = CliRunner().invoke(app, ["launch", "gpt/train/pretrain", "r", "/tmp/nowhere", "--processes", "2"])
-    >>> result.exit_code, "per_device_batch_size=-1" in result.output
+    >>> result = CliRunner().invoke(app, ["launch", "gpt/train/pretrain", "r", "/tmp/nowhere", "training.tokenz=5"])
+    >>> result.exit_code, "training.tokenz" in result.output
     (2, True)
     """
 
@@ -69,9 +78,15 @@ def launch(
         fail("--resume and --branch exclude each other: continue a run, or start a branch of it", 2)
     try:
         spec = build_spec(root, job_key, run_name, overrides or [], base_node=resume or branch, branch=bool(branch))
+        spec = spec.replace(auto_resume=auto_resume)
         _say(f"launch | {spec.job_key} {spec.first_node().name} nonce [bold]{spec.nonce}[/bold] | "
              f"{processes} process(es) | root {spec.root}")
         result = launch_local(spec, processes, devices_per_process, timeout=timeout)
+        for restart in range(1, RESTARTS + 1 if auto_resume else 0):
+            if result.returncode != EXIT_PREEMPTED or result.timed_out:  # a run past its deadline stays stopped
+                break
+            _say(f"launch | run {spec.nonce} was preempted; starting it again to resume it ({restart} of {RESTARTS})")
+            result = launch_local(spec, processes, devices_per_process, timeout=timeout)
     except (*BAD_INPUT, LookupError) as e:
         fail(str(e), 2)
     if result.ok:
@@ -100,6 +115,9 @@ def submit(
     resume: Annotated[str | None, typer.Option("--resume", help="Continue the run from this node id")] = None,
     branch: Annotated[str | None, typer.Option("--branch", help="Start RUN_NAME as a branch of this node id")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Stop the run after this many seconds")] = 3600.0,
+    auto_resume: Annotated[bool, typer.Option(
+        "--auto-resume", help="A preempted run resumes: SLURM requeues it (--requeue), an ssh host starts it again")
+    ] = False,
 ) -> None:
     """Run JOB_KEY as RUN_NAME on a host of the inventory that has N x CHIP.
 
@@ -121,7 +139,8 @@ def submit(
         request = request_for(inv, chip, n, cluster or (), memory_gb, cpus)
         root = solve(inv, request).cluster.root
         spec = build_spec(root, job_key, run_name, overrides or [], base_node=resume or branch, branch=bool(branch))
-        done = submit_spec(spec, inv, request, dry_run, repo=repo, allow_dirty=allow_dirty, timeout=timeout)
+        spec = spec.replace(auto_resume=auto_resume)
+        done = _submit_resuming(spec, inv, request, dry_run, repo=repo, allow_dirty=allow_dirty, timeout=timeout)
     except (*(*BAD_INPUT, LookupError), ConnectionError) as e:  # ConnectionError: an unreachable host, nothing started
         fail(str(e), 2)
     except RuntimeError as e:  # the launch failed or ran past its deadline: recorded in the root
@@ -131,6 +150,20 @@ def submit(
         return
     _say(f"submit | run {done.nonce} done on {done.placement.host.name}; its output: "
          f"theseus logs {done.spec.root} {done.nonce}")
+
+
+def _submit_resuming(spec, inventory, request, dry_run: bool, **options):
+    """``submit`` the spec; on an ssh host, a run with ``auto_resume`` that ended preempted is submitted again
+    (at most ``RESTARTS`` times): SLURM requeues such a run itself."""
+    for restart in range(RESTARTS + 1):
+        try:
+            return submit_spec(spec, inventory, request, dry_run, **options)
+        except LaunchFailed as e:
+            if not spec.auto_resume or EXIT_PREEMPTED not in e.returncodes or restart == RESTARTS:
+                raise
+            _say(f"submit | run {spec.nonce} was preempted; submitting it again to resume it "
+                 f"({restart + 1} of {RESTARTS})")
+    raise AssertionError("unreachable")
 
 
 def logs(

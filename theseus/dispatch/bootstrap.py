@@ -21,7 +21,13 @@ SIGTERM/SIGINT, and when the child ends (success, failure, crash or kill) it:
   ``jax.distributed`` when a peer died), records the run as failed with the tail
   of the output;
 - exits with the child's code: 0 done, 1 the run failed (recorded), 2 bad input
-  (unknown job key, invalid config, bad spec: nothing was written to the root).
+  (unknown job key, invalid config, bad spec: nothing was written to the root),
+  75 (``EXIT_PREEMPTED``) the job stopped on SIGTERM after committing a checkpoint
+  (recorded ``preempted``): a start of the same spec with ``auto_resume`` resumes it.
+
+With ``auto_resume`` in the spec, a start that finds the spec's lineage already written
+(a requeued SLURM job, a relaunch) continues it from its latest committed checkpoint,
+and does nothing when that lineage finished.
 
 The worker calls ``jax.distributed.initialize`` when N > 1, before anything
 touches a JAX backend, with short initialization / heartbeat timeouts
@@ -31,8 +37,8 @@ spec (a fresh run, or restored from ``base_node``: continued when ``resume``,
 else branched), with the spec's nonce so every process writes the same nodes,
 and runs it; the experiments the spec carries (the user's files, ``theseus --import``)
 are imported first. ``training.per_device_batch_size=-1`` is resolved by autobatch in the
-job's setup on one process; with several processes it is refused (a probe on
-each host could pick different sizes): set an explicit size.
+job's setup: each process probes its own devices and every process uses the smallest size
+any of them fits (`theseus.train.autobatch.agreed_batch_size`).
 
 ``bootstrap_script(...)`` is the shell snippet that prepares a remote host (unpack
 the code tarball into ``<work_dir>/<revision>``, ``uv sync`` the spec's groups)
@@ -64,7 +70,7 @@ from theseus import config as configs
 from theseus import logs
 from theseus.dispatch.spec import LaunchSpec
 from theseus.experiments import import_shipped, job_source
-from theseus.jobs import get_job
+from theseus.jobs import EXIT_PREEMPTED, Preempted, get_job
 from theseus.store import EmptyResult, Store, layout
 from theseus.store import fs as rootfs
 from theseus.store.node import Node
@@ -73,6 +79,7 @@ __all__ = ["BadInput", "ProcessInfo", "bootstrap_script", "check_spec", "log_pat
            "publish_log"]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+ENDINGS = (EXIT_OK, EXIT_FAILED, EXIT_PREEMPTED)  # the worker's codes the supervisor passes on as they are
 TAIL_LINES = 60
 
 
@@ -209,26 +216,24 @@ def check_spec(spec: LaunchSpec, num_processes: int = 1):
     Runs before anything starts (launchers call it too): it imports the spec's experiments
     (the user's files: a process that imported them already reuses their modules), then
     refuses an experiment that fails to import, an unknown job key, config that does not
-    validate, autobatch (``per_device_batch_size=-1``) with several processes.
+    validate. Autobatch (``per_device_batch_size=-1``) runs on any number of processes:
+    each probes its own devices and all use the smallest size any of them fits.
 
     >>> spec = LaunchSpec("gpt/train/pretrain", "t", "training:\\n  per_device_batch_size: -1\\n", "/r")
+    >>> check_spec(spec, 2)[1].training.per_device_batch_size  # resolved by the job, on every process
+    -1
     >>> try:
-    ...     check_spec(spec, 2)
+    ...     check_spec(spec.replace(config_yaml="training:\\n  tokenz: 5\\n"), 2)
     ... except BadInput as e:
-    ...     print(e)
-    training.per_device_batch_size=-1 (autobatch) runs on one process only, and this launch has 2: set an explicit size, e.g. training.per_device_batch_size=4
-    """  # noqa: E501 - a doctest's expected output, printed on one line
+    ...     print(str(e).split(";")[0])
+    unknown config key 'training.tokenz'
+    """
     try:
         import_shipped(spec.experiments)
         cls = get_job(spec.job_key)
-        cfg = configs.from_yaml(cls.Config, spec.config_yaml)
+        return cls, configs.from_yaml(cls.Config, spec.config_yaml)
     except (KeyError, ValueError, TypeError) as e:
         raise BadInput(str(e)) from None
-    if num_processes > 1 and "training" in cfg and cfg.training.get("per_device_batch_size") == -1:
-        raise BadInput(
-            f"training.per_device_batch_size=-1 (autobatch) runs on one process only, and this launch has "
-            f"{num_processes}: set an explicit size, e.g. training.per_device_batch_size=4")
-    return cls, cfg
 
 
 def _initialize(info: ProcessInfo) -> None:
@@ -279,6 +284,39 @@ def run_worker(spec: LaunchSpec, info: ProcessInfo) -> int:
         return 128 + signal.SIGTERM
 
 
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """What earlier starts of a spec wrote of its lineage: whether it finished, its latest checkpoint node
+    and the seq of its last node (past the checkpoint when a start was killed before it could commit one)."""
+
+    finished: bool
+    checkpoint: Node | None
+    last_seq: int
+
+
+def restart_point(spec: LaunchSpec) -> Written | None:
+    """The spec's lineage as earlier starts left it; None when none wrote it (this is the first start).
+
+    >>> import tempfile
+    >>> spec = LaunchSpec("data/tokenize/pydoc", "tok", "data:\\n  max_samples: 3\\n", tempfile.mkdtemp())
+    >>> restart_point(spec) is None
+    True
+    >>> with Store(spec.root).writer() as w:
+    ...     w.job(spec.first_node(), spec.job_key, spec.config_yaml)
+    >>> restart_point(spec)
+    Written(finished=False, checkpoint=None, last_seq=0)
+    """
+    first = spec.first_node()
+    store = Store(spec.root)
+    try:
+        record = store.run_record(first.nonce, name=first.name)
+        lineage = store.find().name(first.name).nonce(first.nonce)
+        checkpoints, last = lineage.checkpoint().all(), lineage.last()
+    except (EmptyResult, FileNotFoundError):  # no record of it, or no root yet: nothing was written
+        return None
+    return Written(bool(record.get("_finished")), checkpoints[-1] if checkpoints else None, last.seq)
+
+
 def _work(spec: LaunchSpec, info: ProcessInfo) -> int:
     logs.setup(os.environ.get("THESEUS_LOG_LEVEL") or "INFO")
     try:
@@ -292,9 +330,25 @@ def _work(spec: LaunchSpec, info: ProcessInfo) -> int:
     logger.info(f"BOOTSTRAP | process {info.process_id}/{info.num_processes} | {spec.job_key} "
                 f"{spec.run_name} nonce {spec.nonce} | root {spec.root}")
     base = Node.from_id(spec.base_node) if spec.base_node else None
+    branch = base is not None and not spec.resume
+    if spec.auto_resume:
+        written = restart_point(spec)
+        if written is not None and written.finished:
+            logger.info(f"BOOTSTRAP | the run {spec.nonce} finished in an earlier start: nothing to resume")
+            return EXIT_OK
+        if written is not None and (written.checkpoint is None or written.checkpoint.seq < written.last_seq):
+            # killed before it committed a checkpoint at its last node: continuing the lineage from an
+            # earlier one would write its later nodes twice, so it is left for a resume that branches
+            where = f"seq {written.checkpoint.seq}" if written.checkpoint is not None else "none"
+            print(f"error: run {spec.nonce} went on to seq {written.last_seq} past its last checkpoint ({where}): "
+                  f"not resumed automatically; `theseus run {spec.job_key} {spec.run_name} {spec.root} --resume` "
+                  "continues it from that checkpoint", file=sys.stderr, flush=True)
+            return EXIT_FAILED
+        if written is not None:
+            logger.info(f"BOOTSTRAP | resuming {spec.nonce} from its checkpoint at seq {written.checkpoint.seq}")
+            base, branch = written.checkpoint, False
     try:
-        job = cls.create(spec.root, spec.run_name, cfg, base=base, branch=base is not None and not spec.resume,
-                         nonce=spec.nonce)
+        job = cls.create(spec.root, spec.run_name, cfg, base=base, branch=branch, nonce=spec.nonce)
     except Exception:
         text = traceback.format_exc()
         print(text, file=sys.stderr, flush=True)
@@ -303,6 +357,9 @@ def _work(spec: LaunchSpec, info: ProcessInfo) -> int:
         return EXIT_FAILED
     try:
         job()
+    except Preempted as e:  # recorded by the job's lifecycle (process 0)
+        print(f"[theseus bootstrap] {e}", file=sys.stderr, flush=True)
+        return EXIT_PREEMPTED
     except Exception:  # recorded by the job's lifecycle (process 0)
         traceback.print_exc()
         return EXIT_FAILED
@@ -358,7 +415,7 @@ def _record_crash(spec: LaunchSpec, returncode: int, output: bytes) -> bool:
         status = Store(spec.root).run_record(spec.nonce).get("_status")
     except EmptyResult:
         status = None
-    if status in ("failed", "finished"):
+    if status in ("failed", "finished", "preempted"):
         return False  # the job recorded its own end
     how = f"killed by signal {-returncode}" if returncode < 0 else f"exited with code {returncode}"
     _record_failure(spec, spec.config_yaml, f"process 0 {how}; last lines of its output:\n{_tail(output)}")
@@ -394,7 +451,7 @@ def supervise(spec_path: str, info: ProcessInfo, timeout: float | None = None) -
                 print(f"[theseus bootstrap] recorded the run {spec.nonce} as failed (code {returncode})", flush=True)
         except Exception as e:  # never hide the worker's own exit code
             print(f"[theseus bootstrap] could not publish the output into {spec.root}: {e}", flush=True)
-        return returncode if returncode in (EXIT_OK, EXIT_FAILED) else EXIT_FAILED
+        return returncode if returncode in ENDINGS else EXIT_FAILED
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

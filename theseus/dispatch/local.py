@@ -1,8 +1,8 @@
 """Launch a run as N local processes under ``jax.distributed``, without any scheduler.
 
 ``launch_local(spec, processes=N, devices_per_process=K)`` checks the spec
-(before anything starts: unknown job key, invalid config, autobatch with several
-processes are errors and nothing is written), writes it to a temporary folder,
+(before anything starts: unknown job key and invalid config are errors and
+nothing is written), writes it to a temporary folder,
 picks a free port on 127.0.0.1 for this launch's coordinator and starts N
 ``python -m theseus.dispatch.bootstrap`` processes, each in its own process group.
 Their output is streamed with a ``[i]`` prefix. Every launch has a deadline: past

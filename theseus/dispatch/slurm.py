@@ -2,7 +2,10 @@
 
 ``sbatch_script(spec, placement)`` is the batch script: ``--nodes``, ``--ntasks``
 (one task per process), ``--cpus-per-task``, the host's partitions, account,
-qos, time and memory, output into the launch's stage folder. It picks a free
+qos, time and memory, output into the launch's stage folder, and ``--requeue``
+when the spec has ``auto_resume`` (``--no-requeue`` otherwise): SLURM's SIGTERM
+makes the training job commit a checkpoint and exit 75, and the requeued job's
+start resumes it (`theseus.dispatch.bootstrap`). It picks a free
 port for the ``jax.distributed`` coordinator on the first node (127.0.0.1 when
 the job has one node), exports the devices' and the host's and spec's
 environment, and runs ``srun --kill-on-bad-exit=1 bash bootstrap.sh``; each task's
@@ -24,7 +27,9 @@ with a deadline (streaming the job's output), then reads the final state with
 >>> placement = Placement(host, Cluster(name="lab", root="/r", work_dir="/w"), 1, 2, 2)
 >>> script = sbatch_script(LaunchSpec("k/x", "r", "", "/r", nonce="abcdef"), placement)
 >>> [line for line in script.splitlines() if line.startswith("#SBATCH --n")]
-['#SBATCH --nodes=1', '#SBATCH --ntasks=2', '#SBATCH --ntasks-per-node=2']
+['#SBATCH --nodes=1', '#SBATCH --ntasks=2', '#SBATCH --ntasks-per-node=2', '#SBATCH --no-requeue']
+>>> "#SBATCH --requeue" in sbatch_script(LaunchSpec("k/x", "r", "", "/r", nonce="abcdef", auto_resume=True), placement)
+True
 """
 
 from __future__ import annotations
@@ -85,6 +90,8 @@ def sbatch_script(spec: Any, placement: Any, stage: str | None = None, uv: str |
     options += [f"--mem={int(host.memory_gb * 1024)}M"] if host.memory_gb else []
     options += [f"--gres=gpu:{per_node * placement.chips_per_process}"] if host.chip not in ("cpu", "tpu") else []
     options += [f"--output={stage}/slurm-%j.out", f"--chdir={stage}"]
+    # auto_resume: a requeued job (preemption, `scontrol requeue`) starts the same spec again, which resumes it
+    options += ["--requeue" if spec.auto_resume else "--no-requeue"]
     q = shlex.quote
     env = {**device_env(host.chip, placement.chips_per_process), **host.env, **spec.env}
     head = "127.0.0.1" if nodes == 1 else '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'

@@ -55,6 +55,9 @@ class LaunchSpec:
     - ``env``: extra environment variables for every process.
     - ``experiments``: the user's experiments (``theseus.experiments.Experiment``) every
       process imports, in order, before it builds the job.
+    - ``auto_resume``: a start of this spec that finds its lineage already written (a
+      requeued SLURM job, a relaunch after preemption) resumes it from its latest
+      committed checkpoint instead of starting over (`theseus.dispatch.bootstrap`).
 
     >>> LaunchSpec("data/tokenize/pydoc", "tok", "", "/tmp/r", nonce="abcdef").resume
     False
@@ -75,6 +78,7 @@ class LaunchSpec:
     groups: tuple[str, ...] = ()
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     experiments: tuple[Experiment, ...] = ()
+    auto_resume: bool = False
 
     def __post_init__(self) -> None:
         for name in ("job_key", "run_name", "config_yaml", "root", "revision"):
@@ -83,6 +87,7 @@ class LaunchSpec:
             empty = next(n for n in ("job_key", "run_name", "root") if not getattr(self, n))
             raise ValueError(f"launch spec field {empty!r} must not be empty")
         _check_type("resume", self.resume, bool)
+        _check_type("auto_resume", self.auto_resume, bool)
         if self.base_node is not None:
             _check_type("base_node", self.base_node, str)
             _field("base_node", decode_id, self.base_node)
@@ -174,7 +179,7 @@ class LaunchSpec:
         ...                       "config_yaml": "", "root": "/r", "colour": "red"})
         Traceback (most recent call last):
         ...
-        ValueError: launch spec has unknown field(s) colour; known: base_node, config_yaml, env, experiments, groups, job_key, nonce, resume, revision, root, run_name
+        ValueError: launch spec has unknown field(s) colour; known: auto_resume, base_node, config_yaml, env, experiments, groups, job_key, nonce, resume, revision, root, run_name
         """  # noqa: E501 - a doctest's expected output, printed on one line
         if not isinstance(data, dict):
             raise ValueError(f"a launch spec is a JSON object, got {type(data).__name__}")

@@ -6,8 +6,8 @@
 2. points the spec at the host's cluster: its root (every process writes there; a
    run resumed from a node must come from that same root) and, unless the spec
    names some, the host's uv groups;
-3. checks the spec for that many processes (unknown job key, invalid config,
-   autobatch with several processes): bad input raises before anything starts;
+3. checks the spec (unknown job key, invalid config): bad input raises before
+   anything starts;
 4. packages the code at the current commit (``package_code``; a dirty tree is
    refused unless ``allow_dirty``) and records its revision in the spec;
 5. with ``dry_run=True`` returns the plan only (for an SSH host the bootstrap
@@ -44,6 +44,7 @@ from typing import IO, Any
 from theseus.dispatch.bootstrap import BadInput, check_spec
 from theseus.dispatch.inventory import Inventory
 from theseus.dispatch.package import package_code
+from theseus.dispatch.remote import absolute
 from theseus.dispatch.slurm import launch_slurm, sbatch_script
 from theseus.dispatch.solver import Placement, Request, solve
 from theseus.dispatch.spec import LaunchSpec
@@ -124,8 +125,13 @@ def _placed(spec: LaunchSpec, placement: Placement) -> LaunchSpec:
     return spec.replace(root=root, groups=spec.groups or tuple(placement.host.groups))
 
 
-def plan_text(spec: LaunchSpec, placement: Placement, tarball: bytes) -> str:
+def plan_text(spec: LaunchSpec, placement: Placement, tarball: bytes, home: str | None = None) -> str:
     """The human-readable plan of a submission: where, what, and the host type's script/manifest/commands.
+
+    ``home`` is the home folder a ``~`` in the cluster's ``work_dir`` stands for on the host, as the
+    launch resolves it (`theseus.dispatch.remote.absolute`): the printed script then holds the paths
+    the real submit uses (``submit`` passes this machine's home for a SLURM host whose login is
+    ``localhost``).
 
     >>> from theseus.dispatch.inventory import Cluster, SshHost
     >>> host = SshHost(name="box", cluster="lab", chip="cpu", address="10.0.0.2", chips=4)
@@ -133,7 +139,16 @@ def plan_text(spec: LaunchSpec, placement: Placement, tarball: bytes) -> str:
     >>> print(plan_text(spec, Placement(host, Cluster(name="lab", root="/r", work_dir="/w"), 1, 2, 2),
     ...                 b"").splitlines()[0])
     submit | k/x general.default.r nonce abcdef -> ssh host box (cluster lab): 1 node(s), 2 process(es) x 2 cpu
+    >>> from theseus.dispatch.inventory import SlurmHost
+    >>> hpc = SlurmHost(name="hpc", cluster="lab", chip="cpu", chips=4)
+    >>> lab = Cluster(name="lab", root="/r", work_dir="~/tw")
+    >>> plan = plan_text(spec, Placement(hpc, lab, 1, 1, 4), b"", "/home/me")
+    >>> "#SBATCH --chdir=/home/me/tw/launches/abcdef" in plan and "~" not in plan
+    True
     """
+    if home is not None:
+        work_dir = absolute(placement.cluster.work_dir, home)
+        placement = dataclasses.replace(placement, cluster=dataclasses.replace(placement.cluster, work_dir=work_dir))
     host, cluster = placement.host, placement.cluster
     head = [
         f"submit | {spec.job_key} {spec.first_node().name} nonce {spec.nonce} -> {host.type} host {host.name} "
@@ -179,12 +194,15 @@ def submit(spec: LaunchSpec, inventory: Inventory, request: Request, dry_run: bo
     ... clusters: [{name: lab, root: /r, work_dir: /w}]
     ... hosts: [{name: hpc, type: slurm, cluster: lab, chip: cpu, chips: 1, nodes: 2}]
     ... ''')
-    >>> spec = LaunchSpec("gpt/train/pretrain", "r", "", "/r")
+    >>> spec = LaunchSpec("gpt/train/pretrain", "r", "training:\\n  tokenz: 5\\n", "/r")
     >>> try:
     ...     submit(spec, inv, Request(chip="cpu", n=2), dry_run=True)
     ... except BadInput as e:
-    ...     print(str(e).split(":")[0])
-    training.per_device_batch_size=-1 (autobatch) runs on one process only, and this launch has 2
+    ...     print(str(e).split(";")[0])
+    unknown config key 'training.tokenz'
+    >>> plan = submit(spec.replace(config_yaml=""), inv, Request(chip="cpu", n=2), dry_run=True, allow_dirty=True)
+    >>> plan.placement.processes  # autobatch on 2 processes: each probes, all use the smallest size
+    2
     """
     placement = solve(inventory, request)
     spec = _placed(spec, placement)
@@ -196,7 +214,9 @@ def submit(spec: LaunchSpec, inventory: Inventory, request: Request, dry_run: bo
                          f"{'manifest' if host.type == 'volcano' else 'commands'}")
     revision, tarball = package_code(repo or default_repo(), allow_dirty=allow_dirty)
     spec = spec.replace(revision=revision)
-    plan = plan_text(spec, placement, tarball)
+    # the login's home, where it is this machine's: what the launch resolves a `~` in work_dir to
+    home = os.path.expanduser("~") if host.type == "slurm" and host.login == "localhost" else None
+    plan = plan_text(spec, placement, tarball, home)
     if dry_run:
         return Submission(spec, placement, plan)
     if stream is not None:

@@ -1,15 +1,17 @@
 """A run's status, one rule for ``theseus ls``, ``theseus show``, the UI and ``Store.runs()``:
-``running``, ``finished``, ``failed`` or ``stale``.
+``running``, ``finished``, ``failed``, ``preempted`` or ``stale``.
 
 The store records ``_status`` (``running`` when a job starts, ``finished`` or ``failed`` at
-its end). A run still marked ``running`` whose last write is older than ``STALE_AFTER_S``
-seconds is ``stale``: its process most likely died without recording why (killed, a lost
-machine). The trainer writes at every report and checkpoint, so a healthy run goes quiet
-that long only with reports rarer than that; ``theseus ui --stale-after`` sets another
-threshold. A run without any status record (a script's writer) is treated the same way:
-``running`` while it writes, then ``stale``. Any other recorded status is shown as it is: the
-branch of an inspection session (``theseus.train.inspection``) is ``inspecting``, then
-``inspected``, and ``theseus ls`` and the UI list such branches only when asked.
+its end, ``preempted`` when a training job stopped on SIGTERM after committing a checkpoint:
+not an error, the run resumes from that checkpoint, ``theseus run ... --resume``). A run still
+marked ``running`` whose last write is older than ``STALE_AFTER_S`` seconds is ``stale``: its
+process most likely died without recording why (killed, a lost machine). The trainer writes at
+every report and checkpoint, so a healthy run goes quiet that long only with reports rarer
+than that; ``theseus ui --stale-after`` sets another threshold. A run without any status
+record (a script's writer) is treated the same way: ``running`` while it writes, then ``stale``.
+Any other recorded status is shown as it is: the branch of an inspection session
+(``theseus.train.inspection``) is ``inspecting``, then ``inspected``, and ``theseus ls`` and the UI list
+such branches only when asked.
 
 >>> NS = 1_000_000_000
 >>> run_status("running", None, written=0, now=60 * NS)
@@ -30,7 +32,8 @@ from theseus.store import schema
 from theseus.store.fold import WRITTEN
 
 STALE_AFTER_S = 600  # ten minutes without a write
-STATUSES = ("running", "finished", "failed", "stale")
+PREEMPTED = "preempted"  # stopped on request with a committed checkpoint at its tip: resumable, not failed
+STATUSES = ("running", "finished", "failed", PREEMPTED, "stale")
 # a training job ticked outside job() (theseus.train.inspection): a lineage the ticks started is
 # an inspection branch, inspecting while its session lasts, inspected once closed; ticks that
 # continued a lineage leave it closed
@@ -43,8 +46,8 @@ def run_status(status: str | None, finished: bool | None, written: int | None, n
     """The status of a run from its latest ``_status`` and ``_finished`` records, its last
     write stamp (``written``, ns; None: never written) and the clock (``now``, ns).
 
-    >>> run_status("finished", True, written=0, now=10**18)
-    'finished'
+    >>> run_status("finished", True, written=0, now=10**18), run_status(PREEMPTED, None, written=0, now=10**18)
+    ('finished', 'preempted')
     """
     if status == "failed" or finished is False and status != "running":
         return "failed"

@@ -121,6 +121,20 @@ def _is_oom(error: BaseException) -> bool:
     return any(marker in text for marker in _OOM_MARKERS)
 
 
+def agreed_batch_size(size: int) -> int:
+    """The micro-batch every process of the run uses: the smallest that any process's probe found to fit
+    (each probes its own devices; a run of several processes must step with one size). One process: ``size``.
+
+    >>> agreed_batch_size(8)
+    8
+    """
+    if jax.process_count() == 1:
+        return int(size)
+    from jax.experimental import multihost_utils  # a collective of every process, only in a multi-process run
+
+    return int(min(multihost_utils.process_allgather(jnp.int32(size)).tolist()))
+
+
 def probe_batch_size(
     candidates: Iterable[int],
     compile_fn: Callable[[int], Any],

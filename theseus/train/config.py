@@ -115,9 +115,13 @@ class DataConfig:
 
 @dataclasses.dataclass
 class TrainingConfig:
-    """`training`: global batch, micro-batch (-1 probes), token budget, validation.
+    """`training`: global batch, micro-batch (-1 probes), length of the run, validation.
 
-    Total steps = tokens // (batch_size * architecture.block_size). `evaluate` and
+    The run's length is ``steps``, or ``tokens`` (total steps = tokens // (batch_size *
+    architecture.block_size)); setting both is an error, and with neither the run reads
+    `DEFAULT_TOKENS`. Both count from step 0 of the run, so a resumed run that should go on
+    N steps past its step s sets ``training.steps=s+N`` (and ``training.tokens=null`` when its
+    recorded config has a token budget). `evaluate` and
     `analyze` turn the job's evaluations and analyses on at validation steps. A validation
     reads one pass of each val split, at most `validation_steps` batches.
     `warmup_pct`/`decay_pct` are the seed's keys, but the learning-rate schedule reads
@@ -125,13 +129,14 @@ class TrainingConfig:
     `init_from` (a node id or a nonce) starts the run from that checkpoint's parameters, architecture and
     tokenizer, on a new lineage under that node (`theseus.train.init_from`).
 
-    >>> TrainingConfig().per_device_batch_size
-    -1
+    >>> TrainingConfig().per_device_batch_size, TrainingConfig().steps
+    (-1, None)
     """
 
     batch_size: int = 512
     per_device_batch_size: int = -1
-    tokens: int = 1_000_000_000
+    tokens: int | None = None
+    steps: int | None = None
     warmup_pct: float = 0.01
     decay_pct: float = 0.1
     validation: bool = True
@@ -258,6 +263,22 @@ READ_BY_ANALYSES = ("architecture.instrumentation.residual", "architecture.instr
 SCHEDULE_KEYS = {"training.warmup_pct": "optimization.warmup_pct", "training.decay_pct": "optimization.decay_pct"}
 
 
+DEFAULT_TOKENS = 1_000_000_000  # the token budget of a run that sets neither training.steps nor training.tokens
+
+
+def total_steps(training: Any, block_size: int) -> int:
+    """The steps a run of the ``training`` section takes: ``steps``, else ``tokens`` over the tokens of a step
+    (``batch_size * block_size``), else `DEFAULT_TOKENS` over them.
+
+    >>> total_steps(TrainingConfig(batch_size=8, steps=40), 32), total_steps(TrainingConfig(tokens=2560), 32)
+    (40, 0)
+    """
+    if training.steps is not None:
+        return int(training.steps)
+    tokens = DEFAULT_TOKENS if training.tokens is None else int(training.tokens)
+    return tokens // (int(training.batch_size) * int(block_size))
+
+
 def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -305,7 +326,12 @@ def check_config(cfg: DictConfig, schema: type) -> None:
                                         f"(it has no {used}); leave it at {default}")
     training = cfg.training
     B = _positive_int("training.batch_size", training.batch_size)
-    _positive_int("training.tokens", training.tokens)
+    if training.steps is not None and training.tokens is not None:
+        raise ValueError(f"training.steps={training.steps} and training.tokens={training.tokens} both set the run's "
+                         "length: set one, and the other to null (e.g. training.tokens=null)")
+    for name in ("steps", "tokens"):
+        if training[name] is not None:
+            _positive_int(f"training.{name}", training[name])
     for name in ("report_interval", "checkpoint_interval", "validation_interval"):
         _positive_int(f"logging.{name}", getattr(cfg.logging, name))
     Policy.from_config(cfg.logging)  # checkpoint retention: a value no run can use is refused here
@@ -323,7 +349,7 @@ def check_config(cfg: DictConfig, schema: type) -> None:
     if isinstance(requested, bool) or (requested != -1 and requested <= 0):
         raise ValueError(f"training.per_device_batch_size must be -1 (probe) or positive, got {requested}")
     T = _positive_int("architecture.block_size", cfg.architecture.block_size)
-    if int(training.tokens) // (B * T) < 1:
+    if training.tokens is not None and int(training.tokens) // (B * T) < 1:
         raise ValueError(f"training.tokens {training.tokens} is less than one step of batch_size {B} * block_size "
                          f"{T} = {B * T} tokens")
     _positive_int("architecture.vocab_size", cfg.architecture.vocab_size)

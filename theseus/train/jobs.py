@@ -14,6 +14,7 @@ that replaces parts is a new training job::
 from __future__ import annotations
 
 import json
+import signal
 import weakref
 from typing import Any
 
@@ -21,7 +22,7 @@ import jax
 
 from theseus import config as configs
 from theseus.experiments import job_source
-from theseus.jobs import Job, _NullWriter, job
+from theseus.jobs import Job, Preempted, _NullWriter, job
 from theseus.mirror import Mirror, MirrorRun, open_sink
 from theseus.store import EmptyResult, Node, layout, retired, schema, trust
 from theseus.store import fs as rootfs
@@ -29,6 +30,7 @@ from theseus.train import init_from
 from theseus.train.evals.text import BitsPerByte
 from theseus.train.evaluations import ValidationLoss
 from theseus.train.inspection import Inspection
+from theseus.train.preemption import StopRequest
 from theseus.train.recipe import Recipe
 from theseus.train.retention import Policy, Retention
 
@@ -219,17 +221,29 @@ class Pretrain(Recipe, Job):
     # -- lifecycle ------------------------------------------------------------------
 
     def run(self) -> Node:
-        """Train to the end of the token budget; returns the last node."""
+        """Train to the end of the run (``training.steps`` or ``training.tokens``); returns the last node.
+
+        SIGTERM while it trains (`theseus.train.preemption`) ends the current step, commits its
+        checkpoint and raises ``Preempted``: ``job()`` records the run ``preempted``, and a
+        resume continues it from that node as if it had never stopped. A run of several
+        processes keeps SIGTERM as it was (the launcher records it failed): each process would
+        stop at the step its own signal found it at, and their collectives would no longer match.
+        """
         self._inspection.drop()  # job() records how the run ends
         self._start()
-        try:
-            self.trainer.train()
-        finally:
+        with StopRequest(signals=(signal.SIGTERM,) if jax.process_count() == 1 else ()) as stop:
             try:
-                self.trainer.wait()
+                self.trainer.train(stop=lambda: stop.requested)
             finally:
-                self._close_mirror()
+                try:
+                    self.trainer.wait()
+                finally:
+                    self._close_mirror()
         self.node = self._node_at(self.trainer.step)
+        if stop.requested and self.trainer.step < self.trainer.total_steps:
+            self.log.warning(f"JOB {self.node.run} | {stop.signal_name}: stopped after step {self.trainer.step}, "
+                             f"checkpoint committed at node {self.node.id}")
+            raise Preempted(self.node, self.trainer.step)
         return self.node
 
     def save(self) -> str:
@@ -292,3 +306,4 @@ class Pretrain(Recipe, Job):
                 self._inspection.close()
             finally:
                 self._close_mirror()
+

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from theseus.train import autobatch
+from theseus.train.config import total_steps
 
 __all__ = ["TrainingPlan", "micro_batch_candidates"]
 
@@ -110,7 +111,7 @@ class TrainingPlan:
             candidates = micro_batch_candidates(B, data_parallel)
             requested = probe(candidates) if probe is not None else candidates[0]
         return cls(batch_size=B, block_size=T, per_device_batch_size=requested, data_parallel=int(data_parallel),
-                   total_steps=int(training.tokens) // (B * T), local_replicas=max(int(local_replicas), 1))
+                   total_steps=total_steps(training, T), local_replicas=max(int(local_replicas), 1))
 
     def lines(self) -> list[str]:
         """The BATCHING, STEPS and TOKENS log lines (the seed's wording).

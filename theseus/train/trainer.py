@@ -213,7 +213,7 @@ class Trainer:
                 tried = ", ".join(f"{s}: {'OOM' if b is None else f'{b / 2**20:.1f} MiB'}"
                                   f"{'' if f else ' (too big)'}" for s, b, f in result.trials)
                 log.info(f"AUTOBATCH | per_device_batch_size={result.batch_size} | tried {tried}")
-                return result.batch_size
+                return autobatch.agreed_batch_size(result.batch_size)  # one size for every process
         self.plan = TrainingPlan.build(cfg, self.data_parallel, local, probe)
         for line in self.plan.lines():
             log.info(line)
@@ -792,7 +792,7 @@ class Trainer:
         self.checkpoints.deliver()
         return metrics
 
-    def train(self, until: int | None = None) -> None:
+    def train(self, until: int | None = None, stop: Callable[[], bool] | None = None) -> None:
         """Run steps until ``until`` (default and at most ``total_steps``), reporting and checkpointing.
 
         Reports every ``report_interval`` steps and at the last step; validation and
@@ -801,6 +801,8 @@ class Trainer:
         returns. Train metrics reach ``on_report`` one step late: the next step is
         already enqueued when the host fetches them. Returns after the last
         checkpoint is committed.
+        ``stop()`` (asked after each step is dispatched; e.g. a SIGTERM seen) makes that step the last:
+        it is reported and checkpointed, then ``train()`` returns.
 
         >>> root, config = tiny_example()
         >>> trainer = Trainer(config, root, peak_flops=1e12, progress=False)
@@ -832,6 +834,8 @@ class Trainer:
             while self.step < end:
                 device_metrics = self._dispatch()
                 k = self.step
+                if stop is not None and stop() and k < end:
+                    end = k  # asked to stop: this step is the last, reported and checkpointed
                 inflight.append(device_metrics["loss"])
                 if len(inflight) > 2:  # at most two steps in flight: bounded host run-ahead
                     inflight.popleft().block_until_ready()
