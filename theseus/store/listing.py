@@ -18,13 +18,11 @@ from collections.abc import Iterator, Mapping
 from typing import Callable, TypeVar
 
 import fsspec
-import polars as pl
 
 from theseus.store import fs as rootfs
 from theseus.store.layout import LOG
 from theseus.store.mounts import ctime_proves_listings
 from theseus.store.node import FULL_NAME_PATTERN, NONCE_PATTERN
-from theseus.store.segments import CorruptSegment
 
 
 def run_dir(root: str, name: str, nonce: str) -> str:
@@ -366,17 +364,18 @@ T = TypeVar("T")
 
 
 def vanished(error: BaseException) -> bool:
-    """True when ``error`` says a listed file is gone (retired by a compaction), not that one is bad.
+    """True when ``error`` says a listed file is gone (retired by a compaction), not that one is bad:
+    a ``FileNotFoundError``, what Polars, PyArrow, fsspec and the OS raise for a missing file, local
+    or on an object store. Told by the type alone: an error that merely mentions a missing file in
+    its message (a damaged segment's) is not a vanished one, and is never retried.
 
+    >>> from theseus.store.segments import CorruptSegment
     >>> vanished(FileNotFoundError("s-1.parquet")), vanished(CorruptSegment("s-1.parquet: truncated"))
     (True, False)
+    >>> vanished(OSError("parquet: no such file in the footer's list"))
+    False
     """
-    if isinstance(error, CorruptSegment):
-        return False
-    if isinstance(error, FileNotFoundError):
-        return True
-    text = str(error).lower()
-    return isinstance(error, (pl.exceptions.PolarsError, OSError)) and ("no such file" in text or "not found" in text)
+    return isinstance(error, FileNotFoundError)
 
 
 def retry_vanished(read: Callable[[], T]) -> T:
