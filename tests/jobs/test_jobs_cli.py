@@ -83,6 +83,7 @@ def test_run_on_a_misspelt_dataset_exits_2_naming_the_close_dataset_and_jobs(tmp
     assert result.exit_code == 2, result.output
     assert "(available: pydoc; did you mean 'pydoc'?)" in out and "Traceback" not in out
     assert "no tokenize job is registered as 'data/tokenize/pydocs' (did you mean data/tokenize/pydoc?)" in out
+    assert Store(root).find().job("gpt/train/pretrain").all() == []  # refused before anything is written
 
 
 def test_run_into_existing_dataset(tmp_path, log_files):
