@@ -3,10 +3,11 @@
 The modules that register the built-in jobs and parts import JAX, Flax, Optax and
 TensorStore, seconds of startup for a listing. So the built-in ones are read from
 ``catalog.json`` beside this module, which ``python -m theseus.catalog`` writes from the
-live registries with a fingerprint of every theseus source file they were read from; those
-registered in this process (by ``--import FILE``, or a module already imported) come from
-the registries themselves and win over the file. When a fingerprinted file has changed
-since, the file is not trusted: the listing loads the registries (slow, never stale).
+live registries with a fingerprint of the theseus files that define them (each class, its
+bases, its config dataclasses) and of the registries' own; those registered in this process
+(by ``--import FILE``, or a module already imported) come from the registries themselves
+and win over the file. When a fingerprinted file has changed since, the file is not
+trusted: the listing loads the registries (slow, but not stale).
 ``python -m theseus.catalog --check`` fails when the file is out of date (a test runs it)::
 
     .venv/bin/python -m theseus.catalog           # rewrite catalog.json after changing a job or a part
@@ -21,16 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from theseus.jobs import registry
-from theseus.train.parts import KINDS, Part
-from theseus.train.parts import parts as registered_parts
-
-__all__ = ["CATALOG", "built_in", "config_keys", "fingerprint", "jobs", "live", "main", "parts"]
+__all__ = ["CATALOG", "built_in", "config_keys", "fingerprint", "jobs", "kinds", "live", "main", "parts"]
 
 #: The built-in jobs and parts as listed: ``{"sources": {file: hash}, "jobs": {key: description}, "parts":
 #: {kind: {name: [config, description]}}}``, files relative to the folder holding the package.
@@ -38,7 +36,7 @@ CATALOG = Path(__file__).with_name("catalog.json")
 _TOP = Path(__file__).resolve().parents[1]  # the folder holding the theseus package
 
 
-def config_keys(member: type[Part]) -> str:
+def config_keys(member: Any) -> str:
     """The config section ``member`` adds its fields to, and each field's default (nested sections by name).
 
     >>> from theseus.train.parts import get_part
@@ -52,6 +50,14 @@ def config_keys(member: type[Part]) -> str:
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         keys.append(f.name if dataclasses.is_dataclass(default) else f"{f.name}={default!r}")
     return f"{member.section}: {', '.join(keys)}"
+
+
+def _registered(module: str, function: str) -> Any:
+    """What a registry holds so far (``theseus.jobs.registry`` or ``theseus.train.parts.parts``, called with
+    ``load=False``), or nothing when its module was never imported: then nothing was registered, and the
+    listing need not load it (it loads OmegaConf and loguru)."""
+    registry = sys.modules.get(module)
+    return getattr(registry, function)(load=False) if registry is not None else {}
 
 
 def _rows(found_jobs: dict[str, Any], found_parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -78,6 +84,7 @@ def built_in() -> dict[str, Any]:
     """The built-in jobs and parts: as ``catalog.json`` lists them while every source file it was written from
     is unchanged, else as the registries do (`live`: slow, as it imports JAX, but never stale).
 
+    >>> from theseus.train.parts import KINDS
     >>> "gpt/train/pretrain" in built_in()["jobs"], list(built_in()["parts"]) == list(KINDS)
     (True, True)
     """
@@ -87,20 +94,47 @@ def built_in() -> dict[str, Any]:
     return live()
 
 
+def _defining_files(classes: list[type], modules: list[str]) -> set[str]:
+    """The theseus files (relative to the folder holding the package) that define ``classes``, their bases,
+    their ``Config`` dataclasses and the dataclasses of those configs' sections, and the files of ``modules``:
+    what a listed description, section or default is written in."""
+    files, seen, todo = set(), set(), list(classes)
+    while todo:
+        cls = todo.pop()
+        if cls in seen or not isinstance(cls, type):
+            continue
+        seen.add(cls)
+        modules.append(cls.__module__)
+        todo.extend(cls.__mro__[1:])
+        todo.append(getattr(cls, "Config", None))
+        if dataclasses.is_dataclass(cls):
+            for f in dataclasses.fields(cls):
+                default = f.default if f.default is not dataclasses.MISSING else (
+                    f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+                todo.append(type(default) if dataclasses.is_dataclass(default) else None)
+    for name in modules:
+        path = Path(getattr(sys.modules.get(name), "__file__", None) or "/").resolve()
+        if path.is_relative_to(_TOP / "theseus"):
+            files.add(str(path.relative_to(_TOP)))
+    return files
+
+
 def live() -> dict[str, Any]:
-    """The built-in jobs and parts as their registries list them, and the theseus source files loaded to list
-    them: imports every module that registers one (JAX included), so run it in a process that registered
-    nothing else.
+    """The built-in jobs and parts as their registries list them, and a fingerprint of the theseus files
+    that define them (`_defining_files`) and of the registries' own: imports every module that registers
+    one (JAX included), so run it in a process that registered nothing else.
 
     >>> found = live(); found["parts"]["optimizer"]["adamw"][1].startswith("AdamW with decoupled weight decay")
     True
-    >>> "theseus/train/optimizers.py" in found["sources"]
+    >>> {"theseus/train/optimizers.py", "theseus/jobs.py", "theseus/catalog.py"} <= set(found["sources"])
     True
     """
-    rows = _rows(registry(), registered_parts())
-    files = {str(Path(module.__file__).resolve().relative_to(_TOP)) for name, module in list(sys.modules.items())
-             if name.split(".")[0] == "theseus" and getattr(module, "__file__", None)}
-    return {"sources": fingerprint(sorted(files | {"theseus/catalog.py"})), **rows}
+    jobs_module, parts_module = importlib.import_module("theseus.jobs"), importlib.import_module("theseus.train.parts")
+    found_jobs, found_parts = jobs_module.registry(), parts_module.parts()
+    classes = [*found_jobs.values(), *(member for members in found_parts.values() for member in members.values())]
+    registries = ["theseus.jobs", "theseus.train.parts", *jobs_module.JOB_MODULES, *parts_module.PART_MODULES]
+    files = _defining_files(classes, registries) | {"theseus/catalog.py"}
+    return {"sources": fingerprint(sorted(files)), **_rows(found_jobs, found_parts)}
 
 
 def jobs(prefix: str = "") -> dict[str, str]:
@@ -110,8 +144,17 @@ def jobs(prefix: str = "") -> dict[str, str]:
     >>> list(jobs("data/tokenize/a"))
     ['data/tokenize/addition', 'data/tokenize/alpaca']
     """
-    found = {**built_in()["jobs"], **_rows(registry(load=False), {})["jobs"]}
+    found = {**built_in()["jobs"], **_rows(_registered("theseus.jobs", "registry"), {})["jobs"]}
     return {key: found[key] for key in sorted(found) if key.startswith(prefix)}
+
+
+def kinds() -> list[str]:
+    """The kinds of parts, in the order ``theseus parts`` lists them (``theseus.train.parts.KINDS``).
+
+    >>> kinds()[:2]
+    ['model', 'optimizer']
+    """
+    return list(json.loads(CATALOG.read_text())["parts"])
 
 
 def parts(kind: str | None = None) -> dict[str, dict[str, tuple[str, str]]]:
@@ -122,11 +165,13 @@ def parts(kind: str | None = None) -> dict[str, dict[str, tuple[str, str]]]:
     >>> parts("schedule")["schedule"]["wsd"][0]
     'optimization: warmup_pct=0.005, decay_pct=0.01, final_lr_frac=0.01'
     """
-    if kind is not None and kind not in KINDS:
-        raise ValueError(f"unknown part kind {kind!r}; the kinds are {', '.join(KINDS)}")
-    stored, current = built_in()["parts"], _rows({}, registered_parts(load=False))["parts"]
+    stored = built_in()["parts"]
+    every = list(stored)
+    if kind is not None and kind not in every:
+        raise ValueError(f"unknown part kind {kind!r}; the kinds are {', '.join(every)}")
+    current = _rows({}, _registered("theseus.train.parts", "parts"))["parts"]
     out = {}
-    for each in KINDS if kind is None else (kind,):
+    for each in every if kind is None else (kind,):
         found = {**stored.get(each, {}), **current.get(each, {})}
         out[each] = {name: tuple(found[name]) for name in sorted(found)}
     return out
@@ -147,7 +192,7 @@ def main(argv: list[str]) -> int:
         stored = json.loads(CATALOG.read_text())
         stale = [f"jobs {key}" for key in sorted({*current["jobs"], *stored["jobs"]})
                  if current["jobs"].get(key) != stored["jobs"].get(key)]
-        stale += [f"parts {kind}/{name}" for kind in KINDS
+        stale += [f"parts {kind}/{name}" for kind in {**current["parts"], **stored["parts"]}
                   for name in sorted({*current["parts"].get(kind, {}), *stored["parts"].get(kind, {})})
                   if current["parts"].get(kind, {}).get(name) != stored["parts"].get(kind, {}).get(name)]
         stale += [f"source {name}" for name in sorted({*current["sources"], *stored["sources"]})

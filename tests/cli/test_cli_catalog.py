@@ -45,7 +45,7 @@ def test_a_part_or_job_registered_here_is_listed_over_the_file(tmp_path, monkeyp
     assert catalog.jobs("a/") == {"a/job": "Does a."}
     assert catalog.parts("loss")["loss"]["mine"] == ("-", "Mine.")
     assert catalog.parts("loss")["loss"]["cross-entropy"][0] == "loss: z_loss=0.0"
-    with pytest.raises(ValueError, match="the kinds are model"):
+    with pytest.raises(ValueError, match="unknown part kind .losses.; the kinds are loss"):
         catalog.parts("losses")
 
 

@@ -5,7 +5,7 @@ import importlib
 
 import pytest
 
-MODULES = ["theseus.catalog", "theseus.config", "theseus.experiments", "theseus.jobs", "theseus.quick",
+MODULES = ["theseus", "theseus.catalog", "theseus.config", "theseus.experiments", "theseus.jobs", "theseus.quick",
            "theseus.cli.app", "theseus.cli.errors", "theseus.logs", "theseus.data.jobs"]
 
 

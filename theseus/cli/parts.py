@@ -22,11 +22,10 @@ from rich.table import Table
 
 from theseus import catalog
 from theseus.cli.errors import fail
-from theseus.train.parts import KINDS
 
 
 def list_parts(kind: Annotated[str | None, typer.Argument(
-        help=f"Only the parts of this kind: {', '.join(KINDS)}")] = None) -> None:
+        help=f"Only the parts of this kind: {', '.join(catalog.kinds())}")] = None) -> None:
     """List the parts training jobs are composed of: kind, name, config section and keys, description.
 
     An unknown KIND exits with code 2 and lists the kinds.
@@ -37,9 +36,10 @@ def list_parts(kind: Annotated[str | None, typer.Argument(
     >>> "adamw" in output and "optimization: weight_decay=0.1" in output and "wsd" not in output
     True
     """
-    if kind is not None and kind not in KINDS:
-        fail(f"unknown part kind {kind!r}; the kinds are {', '.join(KINDS)}", 2)
-    found = catalog.parts(kind)  # the built-in parts from catalog.json: their modules import JAX
+    try:
+        found = catalog.parts(kind)  # the built-in parts from catalog.json: their modules import JAX
+    except ValueError as e:
+        fail(str(e), 2)
     if not any(found.values()):
         Console(highlight=False).print(f"no {kind} parts are registered")
         return
