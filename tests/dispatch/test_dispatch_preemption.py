@@ -24,6 +24,7 @@ from tests.dispatch.test_dispatch_local import TINY, make_root
 from tests.dispatch.test_dispatch_slurm import local_slurm, train_tiny
 from theseus.dispatch.bootstrap import EXIT_FAILED, ProcessInfo, run_worker
 from theseus.dispatch.slurm import launch_slurm
+from theseus.jobs import EXIT_PREEMPTED
 from theseus.store import Node, Store
 
 LONG = 1500  # steps: long enough that the signal finds the run mid-way on a loaded machine
@@ -165,3 +166,41 @@ def test_scontrol_requeue_ends_in_one_finished_lineage(slurm_cluster, code_tarba
     first, second = (open(f"{logs}/{name}").read() for name in ("process-0.log", "process-0.2.log"))
     assert "preempted after step" in first  # the first start committed its step and stopped
     assert f"resuming {nonce} from its checkpoint" in second  # the requeued start resumed it
+
+
+def _ssh_inventory(tmp_path) -> str:
+    path = tmp_path / "theseus.yaml"
+    path.write_text(f"clusters: [{{name: lab, root: {tmp_path / 'root'}, work_dir: {tmp_path / 'work'}}}]\n"
+                    "hosts: [{name: box, type: ssh, cluster: lab, chip: cpu, address: 127.0.0.1, chips: 2}]\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("auto_resume", [True, False])
+def test_submit_auto_resume_submits_a_preempted_ssh_run_again(tmp_path, monkeypatch, auto_resume):
+    """An ssh host has no scheduler to requeue: submit --auto-resume starts the preempted run again itself."""
+    from typer.testing import CliRunner
+
+    from theseus.cli import app
+    from theseus.cli import dispatch as commands
+    from theseus.dispatch.remote import LaunchFailed
+    from theseus.dispatch.solver import solve
+    from theseus.dispatch.submit import Submission
+
+    starts = []
+
+    def launched(spec, inventory, request, dry_run, **options):  # the first start is preempted, the next ends
+        starts.append(spec)
+        if len(starts) == 1:
+            raise LaunchFailed(f"run {spec.nonce} ended with exit code 75", (EXIT_PREEMPTED,))
+        return Submission(spec, solve(inventory, request), "plan", launched=True)
+
+    monkeypatch.setattr(commands, "submit_spec", launched)
+    result = CliRunner().invoke(app, ["submit", "data/tokenize/pydoc", "tok", "--chip", "cpu", "--n", "2",
+                                      "--inventory", _ssh_inventory(tmp_path),
+                                      *(["--auto-resume"] if auto_resume else [])])
+    if auto_resume:
+        assert result.exit_code == 0, result.output
+        assert "was preempted; submitting it again to resume it (1 of 3)" in result.output
+        assert len(starts) == 2 and all(s.auto_resume and s.nonce == starts[0].nonce for s in starts)
+    else:
+        assert result.exit_code == 1 and len(starts) == 1 and "exit code 75" in result.output
