@@ -61,7 +61,8 @@ class Decoder(nn.Module):
     ``__call__(idx [B, T], deterministic=True)`` returns float32 logits [B, T, vocab_size]; these families have
     no dropout, so ``deterministic`` changes nothing. With ``positions`` [B, T] and ``cache``
     (``init_cache(batch, length)``) it returns ``(logits, cache)`` as `theseus.model.decode` expects.
-    ``config.remat`` checkpoints each block's activations under that policy (same values, less memory).
+    ``config.remat`` checkpoints each block's activations under that policy when traced (same values, less
+    memory); an eager call runs the blocks as they are.
 
     >>> import jax, jax.numpy as jnp
     >>> from theseus.model.decoder_config import DecoderConfig
@@ -109,7 +110,8 @@ class Decoder(nn.Module):
             x = x * jnp.asarray(math.sqrt(cfg.n_embd), x.dtype)
 
         block_class = DecoderBlock
-        if cfg.remat != "none" and cache is None:
+        # remat under a transformation only: an eager call (the debugger's capture) must see arrays, not tracers
+        if cfg.remat != "none" and cache is None and isinstance(idx, jax.core.Tracer):
             block_class = nn.remat(DecoderBlock, policy=getattr(jax.checkpoint_policies, cfg.remat))
         caches = []
         for i in range(cfg.n_layers):

@@ -118,8 +118,8 @@ class DecoderConfig:
                              "unless head_dim is set")
         if self.n_head % self.kv_heads:
             raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.kv_heads})")
-        if not 0 < self.rotary_pct <= 1 or self.rotary_dim % 2:
-            raise ValueError(f"rotary_pct {self.rotary_pct} must be in (0, 1] and rotate an even number of dims "
+        if not 0 < self.rotary_pct <= 1 or self.rotary_dim < 2 or self.rotary_dim % 2:
+            raise ValueError(f"rotary_pct {self.rotary_pct} must be in (0, 1] and rotate an even number (>= 2) of dims "
                              f"(here {self.rotary_dim} of head_dim {self.head_size})")
         if isinstance(self.sliding_window, bool) or not isinstance(self.sliding_window, int) or self.sliding_window < 0:
             raise ValueError(f"sliding_window must be an int >= 0 (0: no window), got {self.sliding_window!r}")
@@ -181,10 +181,11 @@ class DecoderConfig:
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> DecoderConfig:
         """Build from the config file's `architecture` mapping: flat field names and ``dtype: {param,
-        activation}``; an unknown key is a ValueError that names it.
+        activation}``, starting from ``family``'s switches when it names one; an unknown key is a ValueError that
+        names it.
 
-        >>> DecoderConfig.from_mapping({"family": "mistral", "dtype": {"activation": "float32"}}).activation_dtype
-        'float32'
+        >>> DecoderConfig.from_mapping({"family": "gemma", "dtype": {"activation": "float32"}}).embed_scale
+        True
         >>> DecoderConfig.from_mapping({"n_emb": 3})
         Traceback (most recent call last):
         ...
@@ -210,7 +211,8 @@ class DecoderConfig:
             close = difflib.get_close_matches(unknown[0], sorted(fields), n=1)
             hint = f"did you mean {close[0]}?" if close else f"known keys are {sorted(fields)}"
             raise ValueError(f"unknown decoder architecture keys {unknown}; {hint}")
-        return cls(**kwargs)
+        family = kwargs.pop("family", None)
+        return cls(**kwargs) if family is None else cls.for_family(family, **kwargs)
 
     def to_mapping(self) -> dict[str, Any]:
         """The config file's mapping (inverse of `from_mapping`), with the nested ``dtype``.

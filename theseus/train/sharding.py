@@ -16,6 +16,10 @@ parameter                        shape                tensor parallel ("model")
 ``*/attn/c_attn/kernel``         [D, 3D]              output dim (-1), see below
 ``*/attn/c_attn/bias``           [3D]                 dim -1
 ``*/attn/c_proj/kernel``         [D, D]               input dim (-2)
+``*/attn/{q,k,v}_proj/*``        [D, H*hd], [H*hd]    output dim (-1)
+``*/attn/o_proj/kernel``         [H*hd, D]            input dim (-2)
+``*/mlp/{gate,up}_proj/*``       [D, F], [F]          output dim (-1)
+``*/mlp/down_proj/kernel``       [F, D]               input dim (-2)
 everything else                                       replicated
 ===============================  ===================  ==========================
 
@@ -58,6 +62,20 @@ _TP_RULES: tuple[tuple[tuple[str, ...], int], ...] = (
     (("attn", "c_attn", "kernel"), -1),
     (("attn", "c_attn", "bias"), -1),
     (("attn", "c_proj", "kernel"), -2),
+    # the open-model decoder (theseus.model.decoder): q/k/v and gate/up split their heads / hidden units,
+    # o_proj and down_proj their input; so each device holds whole heads when tp divides the kv heads
+    (("attn", "q_proj", "kernel"), -1),
+    (("attn", "q_proj", "bias"), -1),
+    (("attn", "k_proj", "kernel"), -1),
+    (("attn", "k_proj", "bias"), -1),
+    (("attn", "v_proj", "kernel"), -1),
+    (("attn", "v_proj", "bias"), -1),
+    (("attn", "o_proj", "kernel"), -2),
+    (("mlp", "gate_proj", "kernel"), -1),
+    (("mlp", "gate_proj", "bias"), -1),
+    (("mlp", "up_proj", "kernel"), -1),
+    (("mlp", "up_proj", "bias"), -1),
+    (("mlp", "down_proj", "kernel"), -2),
 )
 
 
