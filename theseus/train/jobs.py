@@ -30,6 +30,7 @@ from theseus.train import init_from
 from theseus.train.evals.text import BitsPerByte
 from theseus.train.evaluations import ValidationLoss
 from theseus.train.inspection import Inspection
+from theseus.train.models import DECODER_PARTS
 from theseus.train.preemption import StopRequest
 from theseus.train.recipe import Recipe
 from theseus.train.retention import Policy, Retention
@@ -307,3 +308,35 @@ class Pretrain(Recipe, Job):
             finally:
                 self._close_mirror()
 
+
+# -- the open-model decoder families: Pretrain with another model part ----------------------------------
+
+_FAMILY_JOBS = {
+    "llama": "Pretrain a Llama-family decoder (RMSNorm, SwiGLU, GQA, RoPE with linear or llama3 scaling).",
+    "mistral": "Pretrain a Mistral-family decoder (Llama's, with a sliding window).",
+    "qwen2": "Pretrain a Qwen2-family decoder (Llama's, with q/k/v biases).",
+    "qwen3": "Pretrain a Qwen3-family decoder (Llama's, with q/k RMSNorm).",
+    "gemma": "Pretrain a Gemma-family decoder (scaled embedding, (1 + w) RMSNorm, GeGLU, tied).",
+    "gpt_neox": "Pretrain a GPT-NeoX-family decoder (parallel residual, partial rotary).",
+}
+
+
+def family_job(family: str, name: str) -> type[Pretrain]:
+    """The job ``<family>/train/pretrain``: `Pretrain` with the family's model part
+    (`theseus.train.models.DECODER_PARTS`), registered as the class ``name`` of this module.
+
+    >>> PretrainQwen3.key, PretrainQwen3.MODEL.name, PretrainQwen3.__qualname__
+    ('qwen3/train/pretrain', 'qwen3', 'PretrainQwen3')
+    """
+    cls = type(name, (Pretrain,), {"MODEL": DECODER_PARTS[family], "__module__": __name__,
+                                   "__doc__": f"`Pretrain` with the ``{family}`` model part.\n\n"
+                                              f">>> {name}.MODEL.name\n{family!r}\n"})
+    return job(f"{family}/train/pretrain", _FAMILY_JOBS[family])(cls)
+
+
+PretrainLlama = family_job("llama", "PretrainLlama")
+PretrainMistral = family_job("mistral", "PretrainMistral")
+PretrainQwen2 = family_job("qwen2", "PretrainQwen2")
+PretrainQwen3 = family_job("qwen3", "PretrainQwen3")
+PretrainGemma = family_job("gemma", "PretrainGemma")
+PretrainGptNeox = family_job("gpt_neox", "PretrainGptNeox")
