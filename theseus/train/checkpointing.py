@@ -4,7 +4,9 @@
 folder of each step and the sidecar files. A step is due every ``interval`` steps
 and at the last step; ``save`` starts a checkpoint (after delivering the previous
 one: its record must be written before the next save can fill a disk), and
-``deliver``/``wait`` run the commit callbacks on the caller's thread.
+``deliver``/``wait`` run the commit callbacks on the caller's thread. ``defer`` runs
+work a commit leaves (deleting retired checkpoints) on a background thread, one piece
+at a time, so the trainer does not wait for it; ``wait`` waits for it too.
 
 >>> import tempfile, jax.numpy as jnp
 >>> root = tempfile.mkdtemp()
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from loguru import logger
@@ -51,6 +54,8 @@ class Checkpoints:
         self.last_saved: int | None = None
         self._checkpointer = Checkpointer()
         self._commits: queue.SimpleQueue = queue.SimpleQueue()
+        self._deferred: Future | None = None
+        self._worker: ThreadPoolExecutor | None = None  # started by the first defer()
 
     def due(self, step: int, end: int | None = None) -> bool:
         """Whether ``train()`` checkpoints ``step``: every ``interval`` steps, the run's last step and ``end``.
@@ -71,7 +76,8 @@ class Checkpoints:
         """
         # the previous checkpoint's record first: were it delivered after this save starts,
         # a disk this save fills would refuse it and leave that complete checkpoint unreferenced
-        self.wait()
+        self._checkpointer.wait()
+        self.deliver()
         folder = self.folder_fn(step) if folder is None else folder
         self.log.debug(f"CHECKPOINT | saving step {step} to {folder}")
         commits = self._commits
@@ -95,7 +101,28 @@ class Checkpoints:
             if self.on_checkpoint is not None:
                 self.on_checkpoint(step, folder)
 
+    def defer(self, work: Callable[[], Any]) -> None:
+        """Run ``work`` on the background thread, after the work deferred before (which this waits for,
+        so at most one piece is pending); ``wait()`` re-raises its error.
+
+        >>> saves = Checkpoints(folder_fn=None, interval=1, total_steps=1)
+        >>> done = []
+        >>> saves.defer(lambda: done.append(1)); saves.wait(); done
+        [1]
+        """
+        self._join_deferred()
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="theseus-deferred")
+        self._deferred = self._worker.submit(work)
+
+    def _join_deferred(self) -> None:
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            deferred.result()
+
     def wait(self) -> None:
-        """Block until the pending checkpoint is committed, deliver its callbacks; re-raise its error."""
+        """Block until the pending checkpoint is committed, deliver its callbacks and finish the work they
+        deferred; re-raise an error of either."""
         self._checkpointer.wait()
         self.deliver()
+        self._join_deferred()

@@ -195,7 +195,8 @@ class Pretrain(Recipe, Job):
             self.writer.write(node, self.trainer.position(step))
             self.writer.checkpoint(node, layout.objects(node.id))
             if self._retention is not None and self.primary:
-                self._retention.committed(node, self.writer)
+                # the files go on the checkpoints' background thread, which trainer.wait() joins
+                self._retention.committed(node, self.writer, defer=self.trainer.checkpoints.defer)
 
     def _start(self) -> None:
         """Place the node this job starts from (the job record's node) against steps and tokens."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from loguru import logger
@@ -123,8 +124,9 @@ class Retention:
     """A run's retention of its lineage's checkpoints (`Policy`), told each commit by the job.
 
     ``observe(node_id, values)`` takes the values the job records (the best key's, kept in memory);
-    ``committed(node, writer)`` retires what the policy no longer keeps, after the first commit
-    learning the lineage's live checkpoints (a resumed lineage's earlier ones) from the store.
+    ``committed(node, writer, defer)`` retires what the policy no longer keeps, after the first commit
+    learning the lineage's live checkpoints (a resumed lineage's earlier ones) from the store; the
+    files are deleted by ``defer(work)`` (a background thread: `Checkpoints.defer`), or at once.
 
     >>> import tempfile
     >>> store = Store(tempfile.mkdtemp()); a = Node.start("doc-retention"); b = a.next()
@@ -148,7 +150,7 @@ class Retention:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             self._values[node_id] = float(value)
 
-    def committed(self, node: Node, writer: Any) -> list[str]:
+    def committed(self, node: Node, writer: Any, defer: Callable[[Callable[[], Any]], Any] | None = None) -> list[str]:
         """``node``'s checkpoint committed: retire (record, then clear) what the policy drops; their ids."""
         live = self._lineage(node)
         live[node.id] = Kept(node.id, node.seq, None)
@@ -163,7 +165,7 @@ class Retention:
                 continue  # another lineage starts from it: resuming that one may need it
             writer.retire(Node.from_id(node_id), self.policy.reason)  # durable before any file goes
             del live[node_id]
-            self._clear(node_id)
+            self._clear(node_id, defer)
             out.append(node_id)
         if self.policy.best and not self._warned and not any(k.value is not None for k in ranked):
             self._warned = True
@@ -189,8 +191,9 @@ class Retention:
         """Those of ``ids`` that another lineage starts from (its seq 0's parent), as the root holds it now."""
         return {n.parent for n in self.store.find().seq(0).all() if n.parent in ids}
 
-    def _clear(self, node_id: str) -> None:
-        """Delete the retired checkpoint's files, when its record names the node's own folder (never another's)."""
+    def _clear(self, node_id: str, defer: Callable[[Callable[[], Any]], Any] | None) -> None:
+        """Delete the retired checkpoint's files (through ``defer``), when its record names the node's own
+        folder (never another's)."""
         try:
             path = self.store.record(node_id).get(schema.CHECKPOINT)
         except EmptyResult:
@@ -200,9 +203,16 @@ class Retention:
                              "left for `theseus gc`")
             return
         fs, base = self.store.fs, self.store.path()
-        try:
-            freed = retired.clear(fs, base, trust.checkpoint_folder(fs, base, path))
-        except (OSError, ValueError) as e:  # the record stands: gc clears the folder later
-            self.log.warning(f"CHECKPOINT | retired {path} but could not delete it ({e}): `theseus gc` will")
-            return
-        self.log.info(f"CHECKPOINT | retired {path} ({self.policy.reason}), {freed} bytes freed")
+
+        def work() -> None:
+            try:
+                freed = retired.clear(fs, base, trust.checkpoint_folder(fs, base, path))
+            except (OSError, ValueError) as e:  # the record stands: gc clears the folder later
+                self.log.warning(f"CHECKPOINT | retired {path} but could not delete it ({e}): `theseus gc` will")
+                return
+            self.log.info(f"CHECKPOINT | retired {path} ({self.policy.reason}), {freed} bytes freed")
+
+        if defer is None:
+            work()
+        else:
+            defer(work)
