@@ -10,6 +10,7 @@ import pytest
 from tests.train._helpers import config, write_dataset
 from theseus.audit import audit, gc
 from theseus.quick import quick
+from theseus.replay.restore import checkpoint_for
 from theseus.store import Store
 
 STEPS = 8
@@ -106,6 +107,11 @@ def test_a_retired_checkpoint_is_not_restored(root):
         with pytest.raises(ValueError, match="retired"):
             q.build().create()
     assert store.record(first)["_retired"]
+    # sample, eval, verify: a retired node is refused by name; a run's nonce takes its newest live checkpoint
+    with pytest.raises(ValueError, match=r"its checkpoint was retired \(logging.keep_checkpoints=1\) "
+                                         r"\(seqs with one: \[3\]\)"):
+        checkpoint_for(store, first.id)
+    assert checkpoint_for(store, nonce)[0].seq == 3
 
 
 @pytest.mark.parametrize("logging, message", [

@@ -27,7 +27,7 @@ from theseus.store import EmptyResult, Node, Store, trust
 from theseus.store import fs as rootfs
 from theseus.store.layout import CONFIG_FILE
 from theseus.store.node import describe
-from theseus.store.schema import CHECKPOINT, CONFIG, JOB, JOB_SOURCE
+from theseus.store.schema import CHECKPOINT, CONFIG, JOB, JOB_SOURCE, RETIRED
 from theseus.train import manifest as mf
 from theseus.train.jobs import recorded_step
 from theseus.train.trainer import Trainer
@@ -156,11 +156,11 @@ def checkpoint_of(store: Store, node: str | Node) -> tuple[Node, str]:
         raise ValueError(f"no node {node.id} ({node.name}:{node.nonce}:{node.seq}) in {store.root}; "
                          f"`theseus ls {store.root}` lists the runs") from None
     path = record.get(CHECKPOINT)
-    if not path:
+    if not path or record.get(RETIRED):
         saved = [n.seq for n in store.find().name(node.name).nonce(node.nonce).checkpoint().all()]
         hint = f"seqs with one: {saved}" if saved else "that run has no checkpoint at all"
-        raise ValueError(f"node {node.id} ({node.name}:{node.nonce}:{node.seq}) has no committed checkpoint "
-                         f"({hint})")
+        what = f"its checkpoint was retired ({record[RETIRED]})" if path else "has no committed checkpoint"
+        raise ValueError(f"node {node.id} ({node.name}:{node.nonce}:{node.seq}) {what} ({hint})")
     try:  # the rule audit and resume apply: only a folder inside the root is followed
         folder = trust.checkpoint_folder(store.fs, store.path(), path)
     except ValueError as e:
