@@ -6,11 +6,11 @@ import os
 import shutil
 import time
 
-from theseus.store import Node, Store, listing, view_fold
+from theseus.store import Node, Store, listing, view_build
 from theseus.store.index import Index
 from theseus.store.listing import Listings
 from theseus.store.mounts import ctime_proves_listings
-from theseus.store.view import list_views, read_view
+from theseus.store.view_file import list_views, read_view
 
 
 def _write(store: Store, node: Node, value: float) -> None:
@@ -156,7 +156,7 @@ def test_an_incremental_compaction_lists_each_folder_at_most_once_and_its_record
         tmp_path, monkeypatch):
     """The record of a view holding only what changed proves the listing with the older views'
     records (a cold query lists nothing), and writing it lists no folder the compaction listed."""
-    monkeypatch.setattr(view_fold, "SMALL_VIEW_ROWS", 0)  # a new view file, not a merge
+    monkeypatch.setattr(view_build, "SMALL_VIEW_ROWS", 0)  # a new view file, not a merge
     store = Store(tmp_path)
     for i in range(3):
         with store.writer() as w:  # runs much larger than the new one: it gets a view file of its own

@@ -11,7 +11,7 @@ from loguru import logger
 from tests.store._segments import segment_files
 from theseus.store import Node, Store
 from theseus.store.scope import MAX_LOG_FOLD_SEGMENTS
-from theseus.store.view import VIEW_METADATA, list_views
+from theseus.store.view_file import VIEW_METADATA, list_views
 
 
 @contextlib.contextmanager

@@ -6,14 +6,14 @@ import threading
 
 import pytest
 
-from theseus.store import Node, Store, view_fold
-from theseus.store.view import list_views
+from theseus.store import Node, Store, view_build
+from theseus.store.view_file import list_views
 
 
 @pytest.fixture
 def small_merges(monkeypatch):
     """Views merged only by size ratio and file count, as on a large root (no small-file shortcut)."""
-    monkeypatch.setattr(view_fold, "SMALL_VIEW_ROWS", 0)
+    monkeypatch.setattr(view_build, "SMALL_VIEW_ROWS", 0)
 
 
 def write_run(store, name, steps, loss0=10.0, node=None):
@@ -65,7 +65,7 @@ def test_compaction_after_a_new_run_writes_only_that_run(tmp_path, small_merges)
 def test_incremental_views_answer_as_a_full_rebuild(tmp_path, small_merges):
     store = Store(tmp_path / "a")
     grow(store, rounds=5)  # the last round adds a run only: it stays in a file of its own
-    assert 1 < len(list_views(store)) <= view_fold.MAX_VIEW_FILES
+    assert 1 < len(list_views(store)) <= view_build.MAX_VIEW_FILES
     incremental = answers(Store(tmp_path / "a"))
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     shutil.rmtree(tmp_path / "b" / "view")  # deleting every view loses nothing
@@ -88,7 +88,7 @@ def test_files_stay_few_and_superseded_ones_are_retired(tmp_path, small_merges):
     store = Store(tmp_path)
     grow(store, rounds=20)
     files = list_views(store)
-    assert len(files) <= view_fold.MAX_VIEW_FILES
+    assert len(files) <= view_build.MAX_VIEW_FILES
     views = Store(tmp_path)._index.view()
     held = [set(v.runs) for v in views.files]
     assert all(held), "a file whose runs are all superseded is retired"

@@ -11,7 +11,7 @@ from tests.store.test_run_summary import equal, messy_root, reference_runs
 from tests.store.test_store_view import logged_warnings
 from theseus.audit import audit
 from theseus.store import Store
-from theseus.store.view import VIEW_DIGEST, VIEW_METADATA, VIEW_SUMMARY, VIEW_SUMMARY_DIGEST, list_views
+from theseus.store.view_file import VIEW_DIGEST, VIEW_METADATA, VIEW_SUMMARY, VIEW_SUMMARY_DIGEST, list_views
 
 
 def rewrite_footer(path: str, change) -> None:

@@ -60,8 +60,8 @@ from theseus.store.listing import list_segments, partition_of, partition_ok, ret
 from theseus.store.node import check_nonce, decode_id, encode_id
 from theseus.store.reader import empty_frame, value_expr
 from theseus.store.recency import ORDER, latest_rows
-from theseus.store.view import list_views, reject_view
-from theseus.store.view_fold import check_view
+from theseus.store.view_build import check_view
+from theseus.store.view_file import list_views, reject_view
 
 __all__ = ["audit", "flatten", "gc"]
 
@@ -264,7 +264,7 @@ def _read_log(fs, base: str, nonce: str | None, problems: list[Problem]) -> tupl
 
 
 def _view_problems(fs, base: str, nonce: str | None, mark: bool) -> list[Problem]:
-    """Every view checked through against the log (``view.check_view``): for run ``nonce`` only, when given;
+    """Every view checked through against the log (``view_build.check_view``): for run ``nonce`` only, when given;
     a bad one is marked rejected when ``mark``."""
     index = Index(fs, base)
     views = list_views(index)

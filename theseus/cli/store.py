@@ -19,7 +19,7 @@ from theseus.store import EmptyResult, Node, Store, marks
 from theseus.store.fold import WRITTEN
 from theseus.store.status import without_inspections
 from theseus.store.summary import UnreadableRun
-from theseus.store.view import list_views
+from theseus.store.view_file import list_views
 
 
 def _when(stamp: int | None) -> str:

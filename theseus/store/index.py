@@ -19,8 +19,8 @@ from theseus.store import fs as rootfs
 from theseus.store.footers import FooterCache
 from theseus.store.listing import Listings, RecordedListings, list_runs, list_segments, recorded_runs
 from theseus.store.segments import CorruptSegment
-from theseus.store.view import View, list_views, read_view
-from theseus.store.views import Views
+from theseus.store.view_file import View, list_views, read_view
+from theseus.store.view_files import Views
 
 
 class Index:

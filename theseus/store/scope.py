@@ -4,7 +4,7 @@ Each run of the scope is read from one of two places (a lineage of at most
 ``MAX_LOG_FOLD_SEGMENTS`` segments always from the log: folding them costs less than
 parsing the view's footer):
 
-- the newest view (``theseus.store.view``), when the run's segments are exactly
+- the newest view (``theseus.store.view_file``), when the run's segments are exactly
   those the view folded, or when every other segment is newer than all of them
   (its records then win over the view's, so they are folded on top);
 - the log itself (``theseus.store.fold``) for every other run: runs the view
@@ -26,8 +26,8 @@ from theseus.store.index import Index
 from theseus.store.listing import is_glob, retry_vanished, vanished
 from theseus.store.segments import CorruptSegment, union_keys
 from theseus.store.summary import UnreadableRun
-from theseus.store.view import CorruptView
-from theseus.store.views import Views
+from theseus.store.view_file import CorruptView
+from theseus.store.view_files import Views
 
 T = TypeVar("T")
 

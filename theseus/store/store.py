@@ -20,7 +20,7 @@ from theseus.store.reader import latest_value, scan
 from theseus.store.scope import read_scope
 from theseus.store.status import with_status
 from theseus.store.summary import readable, summarize_each, summarize_runs, summary_frame
-from theseus.store.view_fold import refresh_view
+from theseus.store.view_build import refresh_view
 from theseus.store.writer import Writer
 
 
@@ -173,7 +173,7 @@ class Store:
     def compact(self, name: str = "*", nonce: str = "*") -> dict[str, int]:
         """Merge each run's small segments into one (crash-safe), then refresh the view.
 
-        Returns ``{"name/nonce": segments merged}``. The view (``theseus.store.view``) is
+        Returns ``{"name/nonce": segments merged}``. The view (``theseus.store.view_file``) is
         rebuilt from the whole log unless the newest one already covers it exactly (and,
         where folder ctimes prove listings, records them).
         """

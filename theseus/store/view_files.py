@@ -1,11 +1,11 @@
 """The live views of a root, read as one: each run from the newest view file that holds it.
 
 Compaction adds a view file holding only the runs that changed since the views before it
-(``view_fold.refresh_view``), and merges the newest files into one when they grow to a
+(``view_build.refresh_view``), and merges the newest files into one when they grow to a
 fair share of the older ones, as a log-structured merge does: so a compaction costs what
 changed, and a reader parses a few footers. :class:`Views` numbers the runs of every live
 file (each run once, from the newest file that holds it, runs sorted by name and nonce) and
-answers for them what a single view answers (``theseus.store.view.View``): which segments
+answers for them what a single view answers (``theseus.store.view_file.View``): which segments
 a run's fold covers, its key types, latest records and summary, and its rows.
 
 A file's copy of a run is used only where it folded exactly the run's current segments
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from theseus.store.summary import Summary
-from theseus.store.view import RootFolder, View, scan_view, stored_columns, view_columns
+from theseus.store.view_file import RootFolder, View, scan_view, stored_columns, view_columns
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class Views:
         return self.file(number).types
 
     def latest(self, number: int) -> dict[str, tuple]:
-        """``{key: (value, stamp, writer)}`` of run ``number``'s latest records (``view.LATEST_KEYS``)."""
+        """``{key: (value, stamp, writer)}`` of run ``number``'s latest records (``view_file.LATEST_KEYS``)."""
         f, local = self.entries[number]
         return self.files[f].latest(local)
 

@@ -1,6 +1,6 @@
 """The view folded from the log: building a new view, refreshing it, checking one against the log.
 
-``theseus.store.view`` defines the view file and reads it; this module writes one from the
+``theseus.store.view_file`` defines the view file and reads it; this module writes one from the
 log's fold (``compact()`` refreshes it, through :func:`refresh_view`) and compares one with
 that fold (``theseus audit``, through :func:`check_view`).
 """
@@ -26,7 +26,7 @@ from theseus.store.node import MAX_SEQ
 from theseus.store.scope import empty_nodes
 from theseus.store.segments import CorruptSegment, union_keys
 from theseus.store.summary import SUMMARY_KEYS
-from theseus.store.view import (
+from theseus.store.view_file import (
     LATEST_KEYS,
     REJECTED,
     ROW_GROUP,
@@ -48,7 +48,7 @@ from theseus.store.view import (
     view_name,
     view_names,
 )
-from theseus.store.views import Views
+from theseus.store.view_files import Views
 
 MERGE_FACTOR = 4  # a view file is merged into the newer ones once they hold a quarter of its rows
 SMALL_VIEW_ROWS = 65536  # a view file this small is always merged into the newer ones

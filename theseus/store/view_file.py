@@ -20,7 +20,7 @@ the log alone, published atomically under a unique name (never rewritten), and
 older views are deleted only after a newer one is published (readers that lose
 the race re-list and retry). Deleting every view loses nothing. Its pages carry
 CRCs (checked by the readers' row-group reads and by ``theseus audit``, which also
-compares each view with the log's fold: ``view_fold.check_view``). A view audit finds damaged
+compares each view with the log's fold: ``view_build.check_view``). A view audit finds damaged
 or disagreeing with the log gets a marker, ``<view>.rejected`` (:func:`reject_view`):
 readers skip a marked view and the next ``compact()`` replaces it.
 """
