@@ -11,7 +11,8 @@ from tests.train._helpers import config, write_dataset
 from theseus.audit import audit, gc
 from theseus.quick import quick
 from theseus.replay.restore import checkpoint_for
-from theseus.store import Store
+from theseus.store import Node, Store
+from theseus.train.retention import Policy, Retention
 
 STEPS = 8
 
@@ -130,3 +131,18 @@ def test_bad_retention_settings_fail_before_anything_is_written(tmp_path, loggin
         with pytest.raises(ValueError, match=message):
             q.create()
     assert Store(tmp_path).find().all() == []
+
+
+def test_a_checkpoint_another_lineage_starts_from_is_never_retired(tmp_path):
+    store = Store(str(tmp_path))
+    nodes = [Node("general.default.a", "a1b2c3", seq) for seq in range(5)]
+    branch = Node("general.default.b", "d4e5f6", 0, nodes[1].id)  # a branch (or init_from) from seq 1
+    retention = Retention(Policy(keep=1), store)
+    with store.writer() as w:
+        w.job(branch, "gpt/train/pretrain", "{}")
+        retired = []
+        for node in nodes[1:]:
+            w.checkpoint(node, f"objects/{node.id}")
+            retired += retention.committed(node, w)
+    assert retired == [nodes[2].id, nodes[3].id]
+    assert [n.seq for n in store.find().nonce("a1b2c3").checkpoint().all()] == [1, 4]
