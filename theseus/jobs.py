@@ -98,7 +98,7 @@ __all__ = ["EXIT_PREEMPTED", "JOB_MODULES", "Job", "Preempted", "UnknownJobError
 
 #: Modules imported (once, when the registry is first read) to register the built-in jobs.
 #: A module that does not exist yet is skipped; add yours here or import it before use.
-JOB_MODULES: list[str] = ["theseus.data.jobs", "theseus.train.jobs", "theseus.replay.evaluate"]
+JOB_MODULES: list[str] = ["theseus.data.jobs", "theseus.train.jobs", "theseus.replay.evaluate", "theseus.hf.jobs"]
 
 _REGISTRY: dict[str, type[Job]] = {}  # the only global mutable state of the job system
 _LOADED: set[str] = set()

@@ -1,4 +1,5 @@
-"""The docstring examples of theseus.hf run as written, and every public name has one."""
+"""The docstring examples of theseus.hf and the ``theseus import`` command run as written, and every public name
+has one (``theseus export``'s run in tests/mirror: they need the `remote` group)."""
 
 import doctest
 import importlib
@@ -7,16 +8,17 @@ import pytest
 
 from tests.docstrings import names_without_examples
 
-MODULES = ["safetensors_io", "gpt", "importer", "exporter"]
+MODULES = [*(f"theseus.hf.{name}" for name in ("safetensors_io", "gpt", "importer", "exporter", "jobs", "layout")),
+           "theseus.cli.importing"]
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
-    module = importlib.import_module(f"theseus.hf.{name}")
+    module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0, f"{result.failed} docstring example(s) of theseus.hf.{name} failed"
+    assert result.failed == 0, f"{result.failed} docstring example(s) of {name} failed"
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_public_names_have_examples(name):
-    assert names_without_examples(f"theseus.hf.{name}") == []
+    assert names_without_examples(name) == []

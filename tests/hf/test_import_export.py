@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from tests.hf._folders import train_tokenizer
 from theseus.hf.safetensors_io import NotSafetensors, write_folder
 from theseus.store import Store
 
@@ -28,6 +29,7 @@ def tiny_folder(path, kind):
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config)
     model.save_pretrained(str(path))
+    train_tokenizer(str(path))  # an import keeps the folder's tokenizer: it needs one
     return model.eval()  # no dropout: logits compared
 
 

@@ -29,6 +29,7 @@ from theseus.cli import audit as audit_commands
 from theseus.cli import dispatch as dispatch_commands
 from theseus.cli import evaluate as evaluate_commands
 from theseus.cli import export as export_commands
+from theseus.cli import importing as importing_commands
 from theseus.cli import manage as manage_commands
 from theseus.cli import parts as parts_commands
 from theseus.cli import plot as plot_commands
@@ -174,6 +175,6 @@ plot_commands.register(app)  # plot
 dispatch_commands.register(app)  # submit, launch, logs
 parts_commands.register(app)  # parts
 analyze_commands.register(app)  # analyze
-export_commands.register(app)  # export tensorboard
+export_commands.register(app)  # export tensorboard, export --format hf
+importing_commands.register(app)  # import hf
 ui_commands.register(app)  # ui
-

@@ -2,14 +2,15 @@
 
 ``export_hf(root, target, out, dtype)`` writes ``config.json``, the safetensors (one file, or shards and
 their index above `theseus.hf.safetensors_io.SHARD_BYTES`; the tied ``lm_head`` left out),
-``generation_config.json`` and the tokenizer files an imported run keeps, then records the export on the
-node: ``export/hf/path``, ``export/hf/dtype``, ``export/hf/sha256`` (of the listing of every file's sha256)
-and ``export/hf/files`` (that listing, JSON). Exporting the best checkpoint by a metric is one query and
-one call::
+``generation_config.json`` and the tokenizer files (those an imported run keeps, or the ``huggingface``
+tokenizer folder of a run trained from one), then records the export on the node: ``export/hf/path``,
+``export/hf/dtype``, ``export/hf/sha256`` (of the listing of every file's sha256) and ``export/hf/files``
+(that listing, JSON). Exporting the best checkpoint by a metric is one query and one call::
 
     export_hf(root, Store(root).find().checkpoint().sort("val/loss").first(), "out/best")
 
-A GPT exports as GPT-2 (learned positions) or GPT-NeoX (RoPE), with equal logits (`theseus.hf.gpt`).
+A GPT exports as GPT-2 (learned positions) or GPT-NeoX (RoPE), with equal logits (`theseus.hf.gpt`); a
+decoder of the open-model families (`theseus.model.decoder`) as its own family's model (`theseus.hf.convert`).
 
 >>> DTYPES["bf16"]
 'bfloat16'
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ml_dtypes
@@ -27,13 +29,10 @@ import numpy as np
 import yaml
 
 from theseus.hf import gpt
-from theseus.hf.layout import GENERATION_FILE, HF_CONFIG_FILE, TOKENIZER_FOLDER
+from theseus.hf.layout import DTYPES, GENERATION_FILE, TOKENIZER_FILES, TOKENIZER_FOLDER
 from theseus.hf.safetensors_io import SHARD_BYTES, write_folder
 from theseus.store import Node, Store
 
-#: the dtypes an export writes, by the names ``--dtype`` takes
-DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
-          "fp32": "float32", "float32": "float32"}
 _NUMPY = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16), "float32": np.dtype(np.float32)}
 
 
@@ -92,6 +91,57 @@ def _architecture_family(store: Store, node: Node) -> str:
     return model.name
 
 
+def _converters(family: str, architecture: dict) -> tuple[Callable[..., dict], Callable[..., Iterator]]:
+    """``(config_to_hf(**token ids), params_to_hf(read, dtype))`` of a ``family`` model of ``architecture`` (the
+    checkpoint's section): `theseus.hf.gpt` for our GPT (GPT-2 or GPT-NeoX), `theseus.hf.convert` for the decoder
+    families; another family, or an architecture the family's HF model cannot express, is a ValueError naming it.
+
+    >>> _converters("mamba", {})
+    Traceback (most recent call last):
+    ...
+    ValueError: a 'mamba' model has no Hugging Face export: theseus exports gpt, llama, mistral, qwen2, qwen3, gemma, gpt_neox
+    """  # noqa: E501 - a doctest's expected output, printed on one line
+    if family == "gpt":
+        return (lambda **ids: gpt.config_to_hf(architecture, **ids),
+                lambda read, dtype: gpt.params_to_hf(architecture, read, dtype))
+    from theseus.hf import convert  # lazily: the decoder config pulls in JAX
+    from theseus.model.decoder_config import FAMILIES, DecoderConfig
+
+    if family not in FAMILIES:
+        raise ValueError(f"a {family!r} model has no Hugging Face export: theseus exports gpt, {', '.join(FAMILIES)}")
+    cfg = DecoderConfig.from_mapping({**architecture, "family": family})
+    convert.config_to_hf(cfg)  # a config the family cannot express fails before the folder is written
+    return (lambda **ids: convert.config_to_hf(cfg, **ids),
+            lambda read, dtype: convert.params_to_hf(cfg, read, dtype))
+
+
+def _tokenizer_files(sealed: Any, section: dict) -> dict[str, bytes]:
+    """The Hugging Face tokenizer files of a checkpoint, by file name: those an imported checkpoint keeps, else
+    those of the folder its ``tokenizer`` section names (a model trained from an import); none for tiktoken."""
+    kept = {rel.split("/", 1)[1]: rel for rel in sealed.listed if rel.split("/")[0] == TOKENIZER_FOLDER}
+    if kept:
+        return {name: bytes(sealed.read(rel)) for name, rel in kept.items()}
+    folder = str(section.get("name", ""))
+    if section.get("backend") != "huggingface" or not os.path.isfile(os.path.join(folder, "tokenizer.json")):
+        return {}
+    out = {}
+    for name in TOKENIZER_FILES:
+        if os.path.isfile(os.path.join(folder, name)):
+            with open(os.path.join(folder, name), "rb") as f:
+                out[name] = f.read()
+    return out
+
+
+def _eot(section: dict) -> int | None:
+    """The end-of-text token of a checkpoint's ``tokenizer`` section, None when it cannot be loaded here."""
+    from theseus.data.tokenizer import get_tokenizer
+
+    try:
+        return int(get_tokenizer(section.get("backend", "tiktoken"), section.get("name", "cl100k_base")).eot)
+    except (ValueError, OSError, ImportError):
+        return None
+
+
 def _write_json(path: str, body: dict) -> None:
     with open(path, "w") as f:
         json.dump(body, f, indent=2)
@@ -117,30 +167,28 @@ def export_hf(root: str | Store, target: str | Node, out: str, dtype: str = "bf1
     store = root if isinstance(root, Store) else Store(root)
     node, folder = checkpoint_for(store, target)
     family = _architecture_family(store, node)
-    if family != "gpt":
-        raise NotImplementedError(f"node {node.id} is a {family!r} model, which has no Hugging Face export yet")
     config = yaml.safe_load(checkpoint_config(node, folder))
     architecture = config["architecture"]
+    config_to_hf, params_to_hf = _converters(family, architecture)
     sealed = mf.Sealed(folder)
-    kept = {rel: rel.split("/", 1)[1] for rel in sealed.listed
-            if rel.split("/")[0] == TOKENIZER_FOLDER or rel in (GENERATION_FILE, HF_CONFIG_FILE)}
     generation = json.loads(sealed.read(GENERATION_FILE)) if GENERATION_FILE in sealed.listed else {}
-    hf_config = gpt.config_to_hf(architecture, eos_token_id=generation.get("eos_token_id"),
-                                 bos_token_id=generation.get("bos_token_id"))
+    tokenizer = _tokenizer_files(sealed, config.get("tokenizer") or {})
+    eos = generation.get("eos_token_id")
+    hf_config = config_to_hf(eos_token_id=_eot(config.get("tokenizer") or {}) if eos is None else eos,
+                             bos_token_id=generation.get("bos_token_id"))
     params = _params(folder, sealed)
     os.makedirs(out, exist_ok=True)
-    written = write_folder(out, gpt.params_to_hf(architecture, params.get, _NUMPY[dtype]), SHARD_BYTES)
+    written = write_folder(out, params_to_hf(params.get, _NUMPY[dtype]), SHARD_BYTES)
     del params
     _write_json(os.path.join(out, "config.json"), {**hf_config, "torch_dtype": dtype})
     _write_json(os.path.join(out, "generation_config.json"),
                 {k: v for k, v in {**generation, "bos_token_id": hf_config["bos_token_id"],
                                    "eos_token_id": hf_config["eos_token_id"]}.items() if v is not None})
     written += ["config.json", "generation_config.json"]
-    for rel, name in sorted(kept.items()):
-        if rel.split("/")[0] == TOKENIZER_FOLDER:
-            with open(os.path.join(out, name), "wb") as f:
-                f.write(sealed.read(rel))
-            written.append(name)
+    for name, body in sorted(tokenizer.items()):
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(body)
+        written.append(name)
     files = {}
     for rel in sorted(written):
         digest = hashlib.sha256()
@@ -153,4 +201,4 @@ def export_hf(root: str | Store, target: str | Node, out: str, dtype: str = "bf1
               "export/hf/sha256": hashlib.sha256(listing.encode()).hexdigest(), "export/hf/files": listing}
     with store.writer() as w:
         w.write(node, record)
-    return {**record, "node": node.id, "tokenizer": any(k.startswith(TOKENIZER_FOLDER + "/") for k in kept)}
+    return {**record, "node": node.id, "tokenizer": bool(tokenizer)}

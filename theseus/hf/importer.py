@@ -2,11 +2,19 @@
 
 ``import_hf(folder, root, name=None)`` reads ``config.json``, the safetensors (one file or a sharded index;
 ``.bin`` pickles are refused: no code from outside is executed), the tokenizer files and
-``generation_config.json``, and writes a ``gpt/train/pretrain`` run of one node: its checkpoint holds the
-parameters converted tensor by tensor (`theseus.train.checkpoint.save_streamed`), the architecture in
-theseus's terms in ``config.yaml``, the folder's tokenizer files, configs and the size and sha256 of every
-file read (`theseus.hf.layout`), sealed by MANIFEST.json like any checkpoint. ``training.init_from`` with its
-node continues pretraining it.
+``generation_config.json``, and writes a ``<family>/import/hf`` run of one node (`theseus.hf.jobs`): its
+checkpoint holds the parameters converted tensor by tensor (`theseus.train.checkpoint.save_streamed`), the
+architecture in theseus's terms in ``config.yaml``, the folder's tokenizer files, configs and the size and
+sha256 of every file read (`theseus.hf.layout`), sealed by MANIFEST.json like any checkpoint.
+``training.init_from`` with its node continues pretraining it.
+
+Which model a folder becomes: a ``gpt2`` folder becomes theseus's GPT (learned positions,
+`theseus.hf.gpt`); every decoder family `theseus.hf.convert` knows (``llama``, ``mistral``,
+``qwen2``, ``qwen3``, ``gemma``, ``gpt_neox``) becomes that family's decoder
+(`theseus.model.decoder`), GPT-NeoX included: theseus's own GPT only exports as GPT-NeoX. Another
+``model_type`` is refused, naming it. The run's tokenizer is the folder's ``tokenizer.json``, named
+by its path in the root (``tokenizer.backend=huggingface``, ``tokenizer.name=<root>/objects/<node>/tokenizer``):
+data tokenized for the model names that same tokenizer.
 
 >>> import tempfile
 >>> import_hf(tempfile.mkdtemp(), tempfile.mkdtemp())  # doctest: +ELLIPSIS
@@ -20,16 +28,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
-from theseus.hf import gpt
 from theseus.hf.layout import GENERATION_FILE, HF_CONFIG_FILE, SOURCE_FILE, TOKENIZER_FILES, TOKENIZER_FOLDER
 from theseus.hf.safetensors_io import SafetensorsFolder
 from theseus.store import Node, Store
 
-#: the job whose run an import is: a training job, so sampling, evaluating and init_from read it as any
-JOB_KEY = "gpt/train/pretrain"
+#: the parameter dtypes an import writes
+PARAM_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _hash(path: str) -> dict:
@@ -40,9 +49,68 @@ def _hash(path: str) -> dict:
     return {"size": os.path.getsize(path), "sha256": digest.hexdigest()}
 
 
+def model_of(hf_config: dict) -> tuple[str, dict[str, Any], Callable[..., Iterator[tuple[str, np.ndarray]]]]:
+    """``(family, architecture section, params_from_hf(read, names))`` of a folder's ``config.json``: our GPT for
+    ``gpt2``, the decoder family for the families `theseus.hf.convert` knows; a ValueError naming the setting
+    (`theseus.hf.convert.UnsupportedModel`) otherwise.
+
+    >>> family, arch, _ = model_of({"model_type": "qwen2", "vocab_size": 64, "hidden_size": 32,
+    ...     "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64})
+    >>> family, arch["n_kv_head"], arch["qkv_bias"], "family" in arch
+    ('qwen2', 2, True, False)
+    >>> model_of({"model_type": "bert"})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    theseus.hf.convert.UnsupportedModel: model_type 'bert' is not a model theseus imports; supported: gpt2, llama, ...
+    """
+    from theseus.hf import convert, gpt  # lazily: the decoder config pulls in JAX
+
+    kind = hf_config.get("model_type")
+    if kind == "gpt2":
+        architecture = gpt.config_from_hf(hf_config)
+        return "gpt", architecture, lambda read, names: gpt.params_from_hf(architecture, read, names)
+    if kind not in convert.FAMILIES:
+        raise convert.UnsupportedModel(f"model_type {kind!r} is not a model theseus imports; supported: gpt2, "
+                                       f"{', '.join(convert.FAMILIES)}")
+    cfg = convert.config_from_hf(hf_config)
+    architecture = {k: v for k, v in cfg.to_mapping().items() if k != "family"}
+
+    def params(read: Callable[[str], Any], names: list[str]) -> Iterator[tuple[str, np.ndarray]]:
+        held = set(names)  # every tensor checked present before the first is converted (and written)
+        missing = [m.hf_name for m in convert.tensor_maps(cfg) if not {m.hf_name, *m.aliases} & held]
+        if missing:
+            raise convert.UnsupportedModel(f"the model has no tensor {missing[0]}")
+        return convert.params_from_hf(cfg, read, names)
+
+    return kind, architecture, params
+
+
+def _cast(leaves: Iterable[tuple[str, np.ndarray]], dtype: str) -> Iterator[tuple[str, np.ndarray]]:
+    import ml_dtypes
+
+    target = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    for leaf, array in leaves:
+        yield f"params/{leaf}", array if array.dtype == target else array.astype(target)
+    yield "step", np.int32(0)
+
+
+def _tokenizer_files(folder: str) -> list[str]:
+    """The tokenizer files of ``folder`` an import keeps; a ValueError when it has no tokenizer.json or the
+    tokenizer has no end-of-text token (a run's tokenizer must sample and tokenize data)."""
+    from theseus.data.tokenizer import get_tokenizer
+
+    kept = [n for n in TOKENIZER_FILES if os.path.isfile(os.path.join(folder, n))]
+    if "tokenizer.json" not in kept:
+        raise ValueError(f"{folder} has no tokenizer.json: theseus reads a model's tokenizer with the `tokenizers` "
+                         "library (save it with a fast tokenizer: AutoTokenizer.from_pretrained(...).save_pretrained)")
+    get_tokenizer("huggingface", folder)  # no end-of-text token: an error naming the fix
+    return kept
+
+
 def import_hf(folder: str, root: str | Store, name: str | None = None, dtype: str | None = None) -> Node:
     """Import the Hugging Face model in ``folder`` into ``root`` as run ``name`` (default ``import-<folder name>``),
-    its parameters in ``dtype`` (default: as the folder stores them); returns node 0 of the new run.
+    its parameters in ``dtype`` (float32, bfloat16, float16; default: as the folder stores them); returns node 0
+    of the new run. Every check runs before anything is written.
 
     >>> import tempfile, os
     >>> folder = tempfile.mkdtemp(); open(os.path.join(folder, "config.json"), "w").write('{"model_type": "gpt2"}')
@@ -54,68 +122,70 @@ def import_hf(folder: str, root: str | Store, name: str | None = None, dtype: st
     """
     # lazily: TensorStore and JAX write the checkpoint; the CLI imports this module without them
     from theseus import config as configs
-    from theseus.jobs import get_job
+    from theseus.experiments import job_source
+    from theseus.hf.jobs import IMPORTED, job_key
+    from theseus.store import fs as rootfs
     from theseus.store.layout import CONFIG_FILE, JOB_FILE, RNG_FILE, objects
     from theseus.train import checkpoint as ckpt
 
     folder = os.path.abspath(os.fspath(folder))
+    if not os.path.isdir(folder):
+        raise ValueError(f"{folder} is not a folder")
     where = os.path.join(folder, "config.json")
     if not os.path.isfile(where):
         raise ValueError(f"{folder} has no config.json: not a Hugging Face model folder")
     with open(where) as f:
         hf_config = json.load(f)
+    if not isinstance(hf_config, dict):
+        raise ValueError(f"{where} is not a JSON object")
     tensors = SafetensorsFolder(folder)  # refuses pickles before anything is written
-    architecture = gpt.config_from_hf(hf_config)
+    family, architecture, convert_params = model_of(hf_config)
     stored = {str(tensors.read(n).dtype) for n in tensors.names[:1]}
     param_dtype = dtype or (stored.pop() if stored else "float32")
-    if param_dtype not in ("float32", "bfloat16", "float16"):
-        raise ValueError(f"parameters stored as {param_dtype}: import them with dtype float32, bfloat16 or float16")
+    if param_dtype not in PARAM_DTYPES:
+        raise ValueError(f"parameters stored as {param_dtype}: import them with dtype {', '.join(PARAM_DTYPES)}")
     architecture["dtype"]["param"] = param_dtype
+    kept = _tokenizer_files(folder)
     store = root if isinstance(root, Store) else Store(root)
     node = Node.start(name or f"import-{os.path.basename(folder.rstrip('/'))}")
-    cls = get_job(JOB_KEY)
-    config = cls.defaults()
-    config = configs.merge(config, {"architecture": architecture})
-    kept = [n for n in TOKENIZER_FILES if os.path.isfile(os.path.join(folder, n))]
-    if "tokenizer.json" in kept:
-        config.tokenizer.backend, config.tokenizer.name = "huggingface", f"{objects(node.id)}/{TOKENIZER_FOLDER}"
-    read = ["config.json", *tensors.files, *kept, *(["generation_config.json"] if os.path.isfile(
-        os.path.join(folder, "generation_config.json")) else [])]
+    cls = IMPORTED[family]
+    config = configs.merge(cls.defaults(), {"architecture": architecture})
+    config.tokenizer.backend, config.tokenizer.name = "huggingface", f"{store.objects(node)}/{TOKENIZER_FOLDER}"
+    config.training.validation = config.training.evaluate = config.training.analyze = False  # no data to read
+    generation = os.path.isfile(os.path.join(folder, "generation_config.json"))
+    read = ["config.json", *tensors.files, *kept, *(["generation_config.json"] if generation else [])]
     if os.path.isfile(os.path.join(folder, "model.safetensors.index.json")):
         read.append("model.safetensors.index.json")
-    sidecars: dict[str, bytes] = {f"{TOKENIZER_FOLDER}/{n}": open(os.path.join(folder, n), "rb").read() for n in kept}
+    sidecars: dict[str, bytes] = {}
+    for n in kept:
+        with open(os.path.join(folder, n), "rb") as f:
+            sidecars[f"{TOKENIZER_FOLDER}/{n}"] = f.read()
     sidecars[HF_CONFIG_FILE] = json.dumps(hf_config, indent=2).encode()
-    if "generation_config.json" in read:
-        sidecars[GENERATION_FILE] = open(os.path.join(folder, "generation_config.json"), "rb").read()
+    if generation:
+        with open(os.path.join(folder, "generation_config.json"), "rb") as f:
+            sidecars[GENERATION_FILE] = f.read()
     sidecars[SOURCE_FILE] = json.dumps({"folder": folder, "files": {n: _hash(os.path.join(folder, n))
-                                                                    for n in sorted(read)}}, indent=2).encode()
+                                                                    for n in sorted(set(read))}}, indent=2).encode()
     # lazily: the base key's JSON is written as every checkpoint writes it
     import jax
 
     from theseus.train.rng import key_to_json
 
+    key = job_key(family)
     sidecars[RNG_FILE] = key_to_json(jax.random.PRNGKey(0), 0).encode()
     sidecars[CONFIG_FILE] = configs.to_yaml(config).encode()
-    sidecars[JOB_FILE] = json.dumps({"key": JOB_KEY, "name": node.name, "nonce": node.nonce, "seq": 0,
+    sidecars[JOB_FILE] = json.dumps({"key": key, "name": node.name, "nonce": node.nonce, "seq": 0,
                                      "node": node.id, "parent": None, "step": 0, "base": None,
                                      "imported": folder}, indent=2).encode()
-    cast = np.dtype(param_dtype) if param_dtype != "bfloat16" else None
-
-    def leaves():
-        for leaf, array in gpt.params_from_hf(architecture, tensors.read, tensors.names):
-            if cast is not None:
-                array = array.astype(cast)
-            elif str(array.dtype) != "bfloat16":
-                import ml_dtypes
-
-                array = array.astype(ml_dtypes.bfloat16)
-            yield f"params/{leaf}", array
-        yield "step", np.int32(0)
-
+    leaves = _cast(convert_params(tensors.read, tensors.names), param_dtype)
+    try:  # the checkpoint first: a folder that fails part way leaves no run behind
+        ckpt.save_streamed(store.objects(node), leaves, sidecars)
+    except BaseException:
+        rootfs.remove_tree(store.objects(node))
+        raise
     with store.writer() as w:
         w.begin(node)
-        ckpt.save_streamed(store.objects(node), leaves(), sidecars)
-        w.job(node, JOB_KEY, configs.to_yaml(config))
+        w.job(node, key, configs.to_yaml(config), source=job_source(cls))
         w.write(node, {"train/step": 0, "train/tokens": 0, "hf/source": folder,
                        "hf/model_type": str(hf_config.get("model_type"))})
         w.checkpoint(node, objects(node.id))

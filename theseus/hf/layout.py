@@ -20,3 +20,6 @@ SOURCE_FILE = "hf/source.json"
 #: the tokenizer files of a Hugging Face folder theseus keeps (JSON and text; a tokenizer.model is a protobuf)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
                    "added_tokens.json", "tokenizer.model", "chat_template.jinja")
+#: the dtypes of an import's parameters and an export's tensors, by the names ``--dtype`` takes
+DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
+          "fp32": "float32", "float32": "float32"}

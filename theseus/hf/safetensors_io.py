@@ -182,7 +182,7 @@ def _write_file(path: str, tensors: list[tuple[str, np.ndarray]], metadata: dict
     with open(temporary, "wb") as f:
         f.write(struct.pack("<Q", len(raw)) + raw)
         for _, array in tensors:
-            f.write(np.ascontiguousarray(array).data)
+            f.write(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)  # bytes: bfloat16 has no buffer format
         f.flush()
         os.fsync(f.fileno())
     os.replace(temporary, path)
