@@ -178,3 +178,4 @@ analyze_commands.register(app)  # analyze
 export_commands.register(app)  # export tensorboard, export --format hf
 importing_commands.register(app)  # import hf
 ui_commands.register(app)  # ui
+
