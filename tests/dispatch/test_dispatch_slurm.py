@@ -194,10 +194,13 @@ def test_sbatch_script_carries_the_hosts_settings(tmp_path):
                        "--cpus-per-task=12", "--partition=gpu,gpu-long", "--account=ml", "--qos=high",
                        "--time=02:30:00", "--mem=65536M", "--gres=gpu:8",
                        "--output=/scratch/theseus/launches/abcdef-0/slurm-%j.out",
-                       "--chdir=/scratch/theseus/launches/abcdef-0"]
+                       "--chdir=/scratch/theseus/launches/abcdef-0", "--no-requeue"]
     assert "export NCCL_DEBUG=WARN\nexport A='x y'\n" in script
     assert 'export THESEUS_COORDINATOR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1):$port"' in script
     assert "srun --kill-on-bad-exit=1 --label bash /scratch/theseus/launches/abcdef-0/bootstrap.sh" in script
+    # a spec that resumes itself: SLURM requeues the job (preemption, `scontrol requeue`) instead of ending it
+    requeued = sbatch_script(spec.replace(auto_resume=True), placement, stage="/scratch/theseus/launches/abcdef-0")
+    assert "#SBATCH --requeue\n" in requeued and "--no-requeue" not in requeued
     one_node = Placement(host, placement.cluster, 1, 1, 8)
     assert 'THESEUS_COORDINATOR="127.0.0.1:$port"' in sbatch_script(spec, one_node)
 
