@@ -28,6 +28,8 @@ MODULES = [
     "theseus.store.summary",
     "theseus.store.latest",
     "theseus.store.recency",
+    "theseus.store.predicates",
+    "theseus.store.plan",
     "theseus.store.reader",
     "theseus.store.tail",
     "theseus.store.topk",

@@ -17,6 +17,8 @@ from theseus.store.index import Index
 from theseus.store.listing import vanished
 from theseus.store.node import Node, check_nonce, decode_id, normalize_name
 from theseus.store.nonces import one_name
+from theseus.store.plan import QueryPlan
+from theseus.store.predicates import Finished, Has, Job, Lacks, NodeId, Seq, Tagged, Where, compare
 from theseus.store.scope import Scope, read_scope
 
 if TYPE_CHECKING:
@@ -54,8 +56,8 @@ class Cursor:
     index: Index
     name_glob: str | None = "*"  # None: no name matches (two name filters contradict)
     nonce_glob: str | None = "*"  # None: no nonce matches
-    node_filters: tuple = ()
-    run_filters: tuple = ()
+    node_filters: tuple = ()  # store.predicates' node predicates
+    run_filters: tuple = ()  # store.predicates' run predicates
     sorts: tuple = ()
     by_seq: bool = False  # latest(): the default order is seq, name, nonce
     only_newest: bool = False  # newest(): only the most recently written node
@@ -94,13 +96,13 @@ class Cursor:
         """Nodes at this seq."""
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
             raise ValueError(f"seq must be a non-negative int, got {seq!r}")
-        return replace(self, node_filters=self.node_filters + (("seq", seq),))
+        return replace(self, node_filters=self.node_filters + (Seq(seq),))
 
     def node(self, node: str | Node) -> Cursor:
         """Exactly this node (an id string or a Node)."""
         node_id = node.id if isinstance(node, Node) else node
         name, nonce, _ = decode_id(node_id)
-        return replace(self.name(name).nonce(nonce), node_filters=self.node_filters + (("node", node_id),))
+        return replace(self.name(name).nonce(nonce), node_filters=self.node_filters + (NodeId(node_id),))
 
     # -- run and node predicates ------------------------------------------
 
@@ -108,13 +110,13 @@ class Cursor:
         """Nodes of runs of this registry key."""
         if not isinstance(key, str) or not key:
             raise ValueError(f"job key must be a non-empty string, got {key!r}")
-        return replace(self, run_filters=self.run_filters + (("job", key),))
+        return replace(self, run_filters=self.run_filters + (Job(key),))
 
     def finished(self, flag: bool = True) -> Cursor:
         """Nodes of runs that did (or, with False, did not) finish."""
         if not isinstance(flag, bool):
             raise ValueError(f"finished() takes a bool, got {flag!r}")
-        return replace(self, run_filters=self.run_filters + (("finished", flag),))
+        return replace(self, run_filters=self.run_filters + (Finished(flag),))
 
     def tag(self, tag: str) -> Cursor:
         """Nodes of runs tagged ``tag`` now (``theseus tag``; the run's latest tag set).
@@ -126,7 +128,7 @@ class Cursor:
         >>> store.find().tag("baseline").all() == [n], store.find().tag("other").all()
         (True, [])
         """
-        return replace(self, run_filters=self.run_filters + (("tag", marks.check_tag(tag)),))
+        return replace(self, run_filters=self.run_filters + (Tagged(marks.check_tag(tag)),))
 
     def checkpoint(self) -> Cursor:
         """Only nodes with a committed checkpoint that is not retired (``logging.keep_checkpoints``
@@ -140,11 +142,11 @@ class Cursor:
         >>> [node.seq for node in store.find().checkpoint().all()]
         [1]
         """
-        return replace(self, node_filters=self.node_filters + (("has", schema.CHECKPOINT), ("lacks", schema.RETIRED)))
+        return replace(self, node_filters=self.node_filters + (Has(schema.CHECKPOINT), Lacks(schema.RETIRED)))
 
     def has(self, key: str) -> Cursor:
         """Nodes where ``key`` is not null."""
-        return replace(self, node_filters=self.node_filters + (("has", schema.check_user_key(key)),))
+        return replace(self, node_filters=self.node_filters + (Has(schema.check_user_key(key)),))
 
     def where(self, key: str, op: str, value: Any) -> Cursor:
         """Nodes whose folded ``key`` satisfies ``op value`` (op in == != < <= > >= in)."""
@@ -159,7 +161,7 @@ class Cursor:
                 schema.value_type(key, v)
         else:
             schema.value_type(key, value)
-        return replace(self, node_filters=self.node_filters + (("where", key, op, value),))
+        return replace(self, node_filters=self.node_filters + (Where(key, op, value),))
 
     # -- shaping --------------------------------------------------------------
 
@@ -338,7 +340,7 @@ class Cursor:
             parts.append(f"name={self.name_glob!r}")
         if self.nonce_glob not in ("*", None):
             parts.append(f"nonce={self.nonce_glob!r}")
-        parts += [" ".join(map(repr, f)) for f in self.run_filters + self.node_filters]
+        parts += [str(f) for f in self.run_filters + self.node_filters]
         parts += [f"sort {k} {'asc' if a else 'desc'}" for k, a in self.sorts]
         if self.by_seq:
             parts.append("latest")
@@ -347,6 +349,39 @@ class Cursor:
         if self.limit_n is not None:
             parts.append(f"limit {self.limit_n}")
         return ", ".join(parts) or "all nodes"
+
+    def plan(self) -> QueryPlan:
+        """The query's plan (``theseus.store.plan``): the runs it reads from the view and from the log,
+        the keys it folds, its predicates, order and limit, and Polars' plan of the folded frame; print
+        it (or call ``explain()``) to read it. Folds what the query would fold, returns no node.
+
+        >>> from theseus.store.store import _doc_store
+        >>> store, n = _doc_store()
+        >>> plan = store.find().where("loss", "<", 2.0).sort("loss").limit(1).plan()
+        >>> plan.from_log == (f"{n.name}:{n.nonce}",), plan.keys, plan.rows, plan.limit
+        (True, {'loss': 'float'}, 'loss', 1)
+        >>> print(plan.explain().split("polars:")[0].strip())
+        runs: name '*', nonce '*': 0 from the view, 1 from the log
+        fold: loss (float), nodes holding 'loss'
+        filter nodes: 'where' 'loss' '<' 2.0
+        sort: loss ascending, then name, nonce, seq
+        limit: 1
+        """
+        self.index.require_root()
+
+        def read(scope: Scope) -> QueryPlan:
+            pruned = self._prune(scope)
+            keys, rows = self._folded(scope, None, False, light=pruned is not None)
+            frame = self._plan(scope, None, False, False, pruned=pruned)
+            label = [f"{name}:{nonce}" for name, nonce in scope.runs]
+            return QueryPlan(self.name_glob, self.nonce_glob,
+                             tuple(r for r, run in zip(label, scope.runs) if run in scope.in_view),
+                             tuple(r for r, run in zip(label, scope.runs) if run not in scope.in_view),
+                             None if pruned is None else tuple(f"{name}:{nonce}" for name, nonce in pruned.runs),
+                             keys, rows[0] if rows else None, self.run_filters, self.node_filters, self.sorts,
+                             self._order(), self.only_newest, self.limit_n, frame.explain())
+
+        return read_scope(self.index, self.name_glob, self.nonce_glob, read)
 
     # -- execution ----------------------------------------------------------------
 
@@ -385,10 +420,10 @@ class Cursor:
         if len(logged) < topk.MIN_RUNS:
             return None
         (key, ascending), = self.sorts
-        wheres = [f for f in self.node_filters if f[0] == "where" and f[1] == key]
+        wheres = [f for f in self.node_filters if isinstance(f, Where) and f.key == key]
 
         def condition(value: pl.Expr) -> pl.Expr:
-            return pl.all_horizontal([_compare(value, op, v) for _, _, op, v in wheres])
+            return pl.all_horizontal([compare(value, f.op, f.value) for f in wheres])
 
         scan = topk.start([p for paths in logged for p in paths], key, ascending, topk.rows_for(self.limit_n),
                           condition if wheres else None)
@@ -402,7 +437,7 @@ class Cursor:
         if kind not in ("int", "float"):
             return None
         for f in wheres:
-            _check_where_type(key, kind, f[2], f[3])
+            _check_where_type(key, kind, f.op, f.value)
         return pruned
 
     def _plan(self, scope: Scope, select_keys: list[str] | None, all_user_keys: bool, parent: bool,
@@ -416,27 +451,7 @@ class Cursor:
         plan then adds the count of its limited rows and the sort key's last value as columns
         (``_COUNT``, ``_LAST``), the proof :func:`theseus.store.topk.proves` checks."""
         only = pruned.runs if pruned is not None else None
-        types = scope.types(light=only is not None)
-        used = [f[1] for f in self.node_filters if f[0] in ("has", "lacks", "where")] + [k for k, _ in self.sorts]
-        used += select_keys or []
-        if scope.runs:
-            for key in used:
-                if key not in types and not key.startswith("_"):
-                    _unknown_key(key, types)
-            for f in self.node_filters:
-                if f[0] == "where":
-                    _check_where_type(f[1], types[f[1]], f[2], f[3])
-        fold_keys = {k: types.get(k, "str") for k in dict.fromkeys(used)}
-        if all_user_keys:
-            fold_keys.update({k: t for k, t in types.items() if not k.startswith("_")})
-        rejecting = [f for f in self.node_filters if f[0] in ("has", "where")]
-        rejecting += [("has", k) for k, _ in self.sorts]  # a sort ranks only the nodes holding its key
-        if rejecting:
-            rows = [rejecting[0][1]]  # a wanted node must hold this key: fold only those
-        elif select_keys and self.limit_n is None and not self.only_newest:
-            rows = list(select_keys)  # select() drops nodes holding none of its keys
-        else:
-            rows = None
+        fold_keys, rows = self._folded(scope, select_keys, all_user_keys, light=only is not None)
         select_only = not (self.node_filters or self.run_filters or self.sorts or self.by_seq or self.only_newest
                            or self.limit_n is not None)
         if select and select_keys and not identity and select_only:
@@ -447,23 +462,14 @@ class Cursor:
         nodes, ordered = scope.nodes(fold_keys, rows, parent=parent, written=self.only_newest, run_filter=run_filter,
                                      run_keys=RUN_KEYS if run_filter else (), only=only)
         for f in self.node_filters:
-            if f[0] == "seq":
-                nodes = nodes.filter(pl.col("seq") == f[1])
-            elif f[0] == "node":
-                nodes = nodes.filter(pl.col("seq") == decode_id(f[1])[2])
-            elif f[0] == "has":
-                nodes = nodes.filter(pl.col(f[1]).is_not_null())
-            elif f[0] == "lacks":
-                nodes = nodes.filter(pl.col(f[1]).is_null())
-            else:
-                nodes = nodes.filter(_compare(pl.col(f[1]), f[2], f[3]))
+            nodes = nodes.filter(f.expr())
         for key, _ in self.sorts:
             nodes = nodes.filter(pl.col(key).is_not_null())
         if self.only_newest:
             nodes = nodes.sort([WRITTEN, "name", "nonce", "seq"], descending=[True, False, False, False]).head(1)
         by, descending = [k for k, _ in self.sorts], [not a for _, a in self.sorts]
         if self.by_seq or not ordered:
-            order = ["seq", "name", "nonce"] if self.by_seq else ["name", "nonce", "seq"]
+            order = list(self._order())
             nodes = nodes.sort([*by, *order], descending=[*descending, False, False, False], nulls_last=True)
         elif by:  # a stable sort keeps ties in the default order (and lets Polars take a top-k)
             nodes = nodes.sort(by, descending=descending, nulls_last=True, maintain_order=True)
@@ -482,18 +488,37 @@ class Cursor:
 
     def _run_filter(self):
         """A predicate on a run's latest ``_job`` / ``_finished`` / ``_tags`` records (by write stamp)."""
+        return lambda latest: all(f.keep(latest) for f in self.run_filters)
 
-        def keep(latest: dict) -> bool:
-            for kind, value in self.run_filters:
-                if kind == "job" and latest.get(schema.JOB, (None,))[0] != value:
-                    return False
-                if kind == "finished" and (latest.get(schema.FINISHED, (None,))[0] is True) != value:
-                    return False
-                if kind == "tag" and value not in marks.tags_of(latest.get(schema.TAGS, (None,))[0]):
-                    return False
-            return True
+    def _folded(self, scope: Scope, select_keys: list[str] | None, all_user_keys: bool,
+                light: bool = False) -> tuple[dict[str, str], list[str] | None]:
+        """``(keys, rows)``: the keys the query folds with their read types (a key no run logged, or a
+        ``where`` value of the wrong type, is an error naming it), and the keys a node must hold one of
+        to be folded at all (None: every node)."""
+        types = scope.types(light=light)
+        used = [f.key for f in self.node_filters if f.key is not None] + [k for k, _ in self.sorts]
+        used += select_keys or []
+        if scope.runs:
+            for key in used:
+                if key not in types and not key.startswith("_"):
+                    _unknown_key(key, types)
+            for f in self.node_filters:
+                if isinstance(f, Where):
+                    _check_where_type(f.key, types[f.key], f.op, f.value)
+        fold_keys = {k: types.get(k, "str") for k in dict.fromkeys(used)}
+        if all_user_keys:
+            fold_keys.update({k: t for k, t in types.items() if not k.startswith("_")})
+        # a sort ranks only the nodes holding its key
+        rejecting = [f.key for f in self.node_filters if f.requires] + [k for k, _ in self.sorts]
+        if rejecting:
+            return fold_keys, [rejecting[0]]  # a wanted node must hold this key: fold only those
+        if select_keys and self.limit_n is None and not self.only_newest:
+            return fold_keys, list(select_keys)  # select() drops nodes holding none of its keys
+        return fold_keys, None
 
-        return keep
+    def _order(self) -> tuple[str, ...]:
+        """The order after the sorts: seq first after ``latest()``, else name, nonce, seq."""
+        return ("seq", "name", "nonce") if self.by_seq else ("name", "nonce", "seq")
 
 
 def _dicts(columns: dict[str, list]) -> list[dict[str, Any]]:
@@ -508,13 +533,6 @@ def _dicts(columns: dict[str, list]) -> list[dict[str, Any]]:
         a, b = names
         return [{a: x, b: y} for x, y in zip(*lists)]
     return [dict(zip(names, row)) for row in zip(*lists)]
-
-
-def _compare(col: pl.Expr, op: str, value: Any) -> pl.Expr:
-    if op == "in":
-        return col.is_in(list(value))
-    return {"==": col.__eq__, "!=": col.__ne__, "<": col.__lt__, "<=": col.__le__, ">": col.__gt__,
-            ">=": col.__ge__}[op](value)
 
 
 def _check_where_type(key: str, kind: str, op: str, value: Any) -> None:
