@@ -134,7 +134,8 @@ def test_command_imports_no_jax(case, small_root, commands, tmp_path):
     report, out = theseus(args, tmp_path)
     assert report["code"] == code, out
     assert expected.format(**small_root) in out
-    assert report["heavy"] == [], f"theseus {' '.join(args)} imported {report['heavy']}"
+    assert report["heavy"] == [], (f"theseus {' '.join(args)} imported {report['heavy']} (jobs, parts: is "
+                                   "theseus/catalog.json up to date? python -m theseus.catalog --check)")
 
 
 def test_the_check_sees_a_heavy_import(small_root, tmp_path):
