@@ -176,3 +176,22 @@ def test_the_log_panel_says_why_a_run_has_no_process_output(tmp_path):
     launched = client.get("/api/run/abcdef/logs").json()
     assert launched["note"] is None and [log["text"] for log in launched["logs"]] == ["hello from process 0\n"]
     assert client.get("/api/run/123456/logs").status_code == 404
+
+
+def test_retired_checkpoints_are_neither_listed_nor_marked(tmp_path):
+    """A checkpoint retention retired (its folder deleted) is no longer offered on the run page or the charts."""
+    from theseus.ui.run import checkpoints
+
+    store = Store(tmp_path / "root")
+    last = _write(store, "p.g.r", 4)
+    first, second = Node(last.name, last.nonce, 1), Node(last.name, last.nonce, 2)
+    with store.writer() as w:
+        for node in (first, second, last):
+            w.checkpoint(node, f"objects/{node.id}")
+        w.retire(first, "keep_checkpoints=2")
+    follower = Follower(store)
+    follower.poll()
+    run = follower.run(last.nonce)
+    assert [c["seq"] for c in checkpoints(run)] == [2, 3]
+    assert series(run, "train/loss")["checkpoints"] == [2.0, 3.0]
+    assert series(run, "train/loss", x="train/tokens")["checkpoints"] == [128.0, 192.0]

@@ -23,6 +23,8 @@ import os
 import shutil
 import stat
 
+import polars as pl
+
 from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.layout import ANALYSIS, MANIFEST, PROCESS_LOGS
@@ -38,6 +40,18 @@ def retired(record: dict) -> str | None:
     (None, 'keep_checkpoints=2')
     """
     return record.get(schema.RETIRED) or None
+
+
+def kept_checkpoints(rows: pl.DataFrame) -> pl.DataFrame:
+    """The ``_checkpoint`` rows of a run's records (columns ``seq``, ``key``, ...) whose node is not retired.
+
+    >>> rows = pl.DataFrame({"seq": [0, 1, 1], "key": ["_checkpoint", "_checkpoint", "_retired"],
+    ...                      "str": ["objects/a", "objects/b", "keep_checkpoints=1"]})
+    >>> kept_checkpoints(rows)["seq"].to_list()
+    [0]
+    """
+    retired_seqs = rows.filter(pl.col("key") == schema.RETIRED).select("seq")
+    return rows.filter(pl.col("key") == schema.CHECKPOINT).join(retired_seqs, on="seq", how="anti")
 
 
 def holds_checkpoint(fs, folder: str) -> bool:

@@ -28,6 +28,7 @@ from theseus.dispatch.logs import find_logs
 from theseus.store import EmptyResult, Node, Store, layout, schema
 from theseus.store import fs as rootfs
 from theseus.store.node import check_nonce, decode_id
+from theseus.store.retired import kept_checkpoints
 from theseus.store.trust import checkpoint_path
 from theseus.ui.configs import config_text, diff, flatten, run_config
 from theseus.ui.follow import Follower, RunLog
@@ -39,14 +40,14 @@ LOG_TAIL_BYTES = 64 * 1024  # of each process's output shown (the whole file is 
 
 
 def checkpoints(run: RunLog) -> list[dict[str, Any]]:
-    """The run's committed checkpoints: seq, node id, folder and the main metrics at that node.
+    """The run's committed checkpoints that are not retired: seq, node id, folder and the main metrics there.
 
     >>> checkpoints(RunLog("a", "abcdef"))
     []
     """
     data = run.rows
     found = []
-    for seq, path in data.filter(pl.col("key") == schema.CHECKPOINT).select("seq", "str").iter_rows():
+    for seq, path in kept_checkpoints(data).select("seq", "str").iter_rows():
         at = data.filter(pl.col("seq") == seq)
         metrics = {k: v for k, v in zip(at["key"], at["float"].fill_null(at["int"].cast(pl.Float64)))
                    if k in MAIN_METRICS}

@@ -30,6 +30,7 @@ from typing import Any
 import polars as pl
 
 from theseus.store import schema
+from theseus.store.retired import kept_checkpoints
 from theseus.ui.follow import RunLog
 
 SEQ, TIME = "seq", "time"
@@ -59,7 +60,7 @@ def series(run: RunLog, key: str, x: str = SEQ, since: int | None = None) -> dic
     all_points = points
     if since is not None:
         points = points.filter(pl.col("seq") > since)
-    marks = data.filter(pl.col("key") == schema.CHECKPOINT).select("seq")
+    marks = kept_checkpoints(data).select("seq")
     checkpoints = all_points.join(marks, on="seq")["x"].to_list()
     if x == SEQ:
         checkpoints = [float(s) for s in marks["seq"].to_list()]
