@@ -85,12 +85,18 @@ def test_an_imported_llama_samples_evaluates_and_is_trained_further_with_init_fr
     assert sampled.exit_code == 0 and sampled.output.count("--- sample") == 1, sampled.output
     evaluated = invoke("eval", root, node.nonce, "--tasks", "pydoc", "--limit", "2")
     assert evaluated.exit_code == 0 and "eval/pydoc/bpb" in evaluated.output, evaluated.output
+    import shutil
+
+    shutil.copytree(root, tmp_path / "moved")  # the tokenizer is named in the root: a copy samples alike
+    moved = invoke("sample", tmp_path / "moved", node.nonce, "def add", "--max-new-tokens", "8", "--temperature", "0")
+    assert moved.exit_code == 0 and moved.output == sampled.output.replace(str(root), str(tmp_path / "moved"))
 
     # data tokenized with the imported tokenizer: the name the import gave it, so the trained run's tokenizer matches
     import yaml
 
     tokenizer = yaml.safe_load(store.record(node)["_config"])["tokenizer"]["name"]
-    assert os.path.isfile(os.path.join(tokenizer, "tokenizer.json"))
+    assert tokenizer.startswith("objects/")  # a folder of the root, which can move
+    assert os.path.isfile(os.path.join(root, tokenizer, "tokenizer.json"))
     tokenized = invoke("run", "data/tokenize/pydoc", "pydoc", root, "tokenizer.backend=huggingface",
                        f"tokenizer.name={tokenizer}", "--log-level", "WARNING")
     assert tokenized.exit_code == 0, tokenized.output

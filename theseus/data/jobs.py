@@ -167,7 +167,7 @@ class AlpacaConfig:
 # -- the shared job -------------------------------------------------------------
 
 
-def tokenizer(backend: str, name: str, use_fast: bool = True, use_remote_code: bool = False):
+def tokenizer(backend: str, name: str, use_fast: bool = True, use_remote_code: bool = False, root: str | None = None):
     """``get_tokenizer(...)``, with tiktoken encodings cached (they are immutable and slow to build).
 
     >>> tokenizer("tiktoken", "cl100k_base") is tokenizer("tiktoken", "cl100k_base")
@@ -175,7 +175,7 @@ def tokenizer(backend: str, name: str, use_fast: bool = True, use_remote_code: b
     """
     if backend == "tiktoken":
         return _tiktoken(name)
-    return get_tokenizer(backend, name, use_fast=use_fast, use_remote_code=use_remote_code)
+    return get_tokenizer(backend, name, use_fast=use_fast, use_remote_code=use_remote_code, root=root)
 
 
 @functools.lru_cache(maxsize=4)
@@ -245,7 +245,8 @@ class TokenizeJob(Job):
         except ValueError as e:
             raise ValueError(f"{e} (check data.suffix)") from None
         tok = self.config.tokenizer
-        self.tokenizer = tokenizer(tok.backend, tok.name, tok.huggingface.use_fast, tok.huggingface.use_remote_code)
+        self.tokenizer = tokenizer(tok.backend, tok.name, tok.huggingface.use_fast, tok.huggingface.use_remote_code,
+                                   root=self.store.root)
         self.check_source()
         if self.dataset_exists() and not data.overwrite:
             raise FileExistsError(

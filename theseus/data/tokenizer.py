@@ -217,12 +217,15 @@ def _find_eot(folder: str, tokenizer) -> int:
     )
 
 
-def _huggingface(name: str, use_fast: bool, use_remote_code: bool) -> HuggingFaceTokenizer:
+def _huggingface(name: str, use_fast: bool, use_remote_code: bool, root: str | None = None) -> HuggingFaceTokenizer:
     if use_remote_code:
         raise ValueError("use_remote_code=True is not supported: theseus never runs code that comes with data")
     if not use_fast:
         raise ValueError("use_fast=False is not supported: the huggingface backend uses the fast `tokenizers` library")
-    path = os.path.join(name, "tokenizer.json") if os.path.isdir(name) else name
+    folder = name
+    if root is not None and not os.path.isabs(name) and os.path.isdir(os.path.join(root, name)):
+        folder = os.path.join(root, name)  # a folder of the root (an imported model's): the root may move
+    path = os.path.join(folder, "tokenizer.json") if os.path.isdir(folder) else folder
     if not os.path.isfile(path):
         raise FileNotFoundError(
             f"no tokenizer.json at {name!r}: the huggingface backend loads a local folder holding tokenizer.json "
@@ -238,10 +241,11 @@ def _huggingface(name: str, use_fast: bool, use_remote_code: bool) -> HuggingFac
 
 
 def get_tokenizer(backend: str = "tiktoken", name: str = "cl100k_base", use_fast: bool = True,
-                  use_remote_code: bool = False):
+                  use_remote_code: bool = False, root: str | None = None):
     """The tokenizer ``name`` of ``backend`` (config keys ``tokenizer.backend`` / ``tokenizer.name``).
 
-    For ``backend="huggingface"``, ``name`` is a local folder holding ``tokenizer.json``.
+    For ``backend="huggingface"``, ``name`` is a local folder holding ``tokenizer.json``; a relative name that is a
+    folder of ``root`` (``objects/<node>/tokenizer``, an imported model's) is read there, and keeps its name.
 
     >>> tok = get_tokenizer("tiktoken", "cl100k_base")
     >>> tok.encode("hello world"), tok.eot, tok.vocab_size
@@ -250,5 +254,5 @@ def get_tokenizer(backend: str = "tiktoken", name: str = "cl100k_base", use_fast
     if backend == "tiktoken":
         return _tiktoken(name)
     if backend == "huggingface":
-        return _huggingface(name, use_fast, use_remote_code)
+        return _huggingface(name, use_fast, use_remote_code, root)
     raise ValueError(f"unknown tokenizer backend {backend!r}; valid backends: {', '.join(BACKENDS)}")

@@ -115,13 +115,14 @@ def _converters(family: str, architecture: dict) -> tuple[Callable[..., dict], C
             lambda read, dtype: convert.params_to_hf(cfg, read, dtype))
 
 
-def _tokenizer_files(sealed: Any, section: dict) -> dict[str, bytes]:
+def _tokenizer_files(sealed: Any, section: dict, root: str) -> dict[str, bytes]:
     """The Hugging Face tokenizer files of a checkpoint, by file name: those an imported checkpoint keeps, else
-    those of the folder its ``tokenizer`` section names (a model trained from an import); none for tiktoken."""
+    those of the folder its ``tokenizer`` section names (a model trained from an import: a relative name is a
+    folder of ``root``); none for tiktoken."""
     kept = {rel.split("/", 1)[1]: rel for rel in sealed.listed if rel.split("/")[0] == TOKENIZER_FOLDER}
     if kept:
         return {name: bytes(sealed.read(rel)) for name, rel in kept.items()}
-    folder = str(section.get("name", ""))
+    folder = os.path.join(root, str(section.get("name", "")))  # an absolute name stays itself
     if section.get("backend") != "huggingface" or not os.path.isfile(os.path.join(folder, "tokenizer.json")):
         return {}
     out = {}
@@ -132,12 +133,13 @@ def _tokenizer_files(sealed: Any, section: dict) -> dict[str, bytes]:
     return out
 
 
-def _eot(section: dict) -> int | None:
+def _eot(section: dict, root: str) -> int | None:
     """The end-of-text token of a checkpoint's ``tokenizer`` section, None when it cannot be loaded here."""
     from theseus.data.tokenizer import get_tokenizer
 
     try:
-        return int(get_tokenizer(section.get("backend", "tiktoken"), section.get("name", "cl100k_base")).eot)
+        return int(get_tokenizer(section.get("backend", "tiktoken"), section.get("name", "cl100k_base"),
+                                 root=root).eot)
     except (ValueError, OSError, ImportError):
         return None
 
@@ -172,13 +174,15 @@ def export_hf(root: str | Store, target: str | Node, out: str, dtype: str = "bf1
     config_to_hf, params_to_hf = _converters(family, architecture)
     sealed = mf.Sealed(folder)
     generation = json.loads(sealed.read(GENERATION_FILE)) if GENERATION_FILE in sealed.listed else {}
-    tokenizer = _tokenizer_files(sealed, config.get("tokenizer") or {})
+    tokenizer = _tokenizer_files(sealed, config.get("tokenizer") or {}, store.root)
     eos = generation.get("eos_token_id")
-    hf_config = config_to_hf(eos_token_id=_eot(config.get("tokenizer") or {}) if eos is None else eos,
+    hf_config = config_to_hf(eos_token_id=_eot(config.get("tokenizer") or {}, store.root) if eos is None else eos,
                              bos_token_id=generation.get("bos_token_id"))
     params = _params(folder, sealed)
     os.makedirs(out, exist_ok=True)
-    written = write_folder(out, params_to_hf(params.get, _NUMPY[dtype]), SHARD_BYTES)
+    target = _NUMPY[dtype]
+    cast = ((name, a if a.dtype == target else a.astype(target)) for name, a in params_to_hf(params.get, None))
+    written = write_folder(out, cast, SHARD_BYTES)  # cast only what differs: a same-dtype astype copies
     del params
     _write_json(os.path.join(out, "config.json"), {**hf_config, "torch_dtype": dtype})
     _write_json(os.path.join(out, "generation_config.json"),

@@ -13,8 +13,8 @@ Which model a folder becomes: a ``gpt2`` folder becomes theseus's GPT (learned p
 ``qwen2``, ``qwen3``, ``gemma``, ``gpt_neox``) becomes that family's decoder
 (`theseus.model.decoder`), GPT-NeoX included: theseus's own GPT only exports as GPT-NeoX. Another
 ``model_type`` is refused, naming it. The run's tokenizer is the folder's ``tokenizer.json``, named
-by its path in the root (``tokenizer.backend=huggingface``, ``tokenizer.name=<root>/objects/<node>/tokenizer``):
-data tokenized for the model names that same tokenizer.
+as a folder of the root (``tokenizer.backend=huggingface``, ``tokenizer.name=objects/<node>/tokenizer``, read there
+by the jobs of that root, so the root can move): data tokenized for the model names that same tokenizer.
 
 >>> import tempfile
 >>> import_hf(tempfile.mkdtemp(), tempfile.mkdtemp())  # doctest: +ELLIPSIS
@@ -150,7 +150,8 @@ def import_hf(folder: str, root: str | Store, name: str | None = None, dtype: st
     node = Node.start(name or f"import-{os.path.basename(folder.rstrip('/'))}")
     cls = IMPORTED[family]
     config = configs.merge(cls.defaults(), {"architecture": architecture})
-    config.tokenizer.backend, config.tokenizer.name = "huggingface", f"{store.objects(node)}/{TOKENIZER_FOLDER}"
+    # named in the root (get_tokenizer reads a relative folder of the job's root there): the root may move
+    config.tokenizer.backend, config.tokenizer.name = "huggingface", f"{objects(node.id)}/{TOKENIZER_FOLDER}"
     config.training.validation = config.training.evaluate = config.training.analyze = False  # no data to read
     generation = os.path.isfile(os.path.join(folder, "generation_config.json"))
     read = ["config.json", *tensors.files, *kept, *(["generation_config.json"] if generation else [])]

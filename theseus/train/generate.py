@@ -54,9 +54,10 @@ class Sample:
     stop: str
 
 
-def tokenizer_of(config: Any, recorded: Iterable[Mapping | None] = ()) -> Any:
+def tokenizer_of(config: Any, recorded: Iterable[Mapping | None] = (), root: str | None = None) -> Any:
     """The tokenizer of a training job's config (its ``tokenizer`` section); ``recorded``: the tokenizers
-    its datasets' ``meta.json`` name (None: not recorded), which must be the same one.
+    its datasets' ``meta.json`` name (None: not recorded), which must be the same one; ``root``: the job's root,
+    where a huggingface tokenizer named by a relative folder of it is read (an imported model's).
 
     >>> from theseus.jobs import get_job
     >>> config = get_job("gpt/train/pretrain").defaults()
@@ -77,7 +78,7 @@ def tokenizer_of(config: Any, recorded: Iterable[Mapping | None] = ()) -> Any:
                              f"tokenized with {theirs[0]} {theirs[1]!r}: set tokenizer.backend and tokenizer.name to "
                              "the dataset's")
     return get_tokenizer(section.backend, section.name, use_fast=bool(section.huggingface.use_fast),
-                         use_remote_code=bool(section.huggingface.use_remote_code))
+                         use_remote_code=bool(section.huggingface.use_remote_code), root=root)
 
 
 def _prompts(prompts: str | Sequence[str]) -> list[str]:

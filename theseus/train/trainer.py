@@ -314,7 +314,7 @@ class Trainer:
         """
         if self._tokenizer is None:
             datasets = [self.loader.dataset] if hasattr(self.loader, "dataset") else list(self.loader.datasets)
-            self._tokenizer = tokenizer_of(self.config, [d.tokenizer for d in datasets])
+            self._tokenizer = tokenizer_of(self.config, [d.tokenizer for d in datasets], root=self.root)
         return self._tokenizer
 
     @property

@@ -170,7 +170,8 @@ class MultipleChoice(Evaluation):
     def run(cls, context: EvalContext) -> dict[str, float]:
         """``acc`` and ``acc_norm`` of the current parameters on the first ``eval.length`` questions."""
         questions = first_examples(cls.questions(context.config), context.config)
-        result = multiple_choice(context.model, context.params, tokenizer_of(context.config), questions,
+        tokenizer = tokenizer_of(context.config, root=context.root)
+        result = multiple_choice(context.model, context.params, tokenizer, questions,
                                  sizes=architecture_sizes(context.config))
         return {f"eval/{cls.key(context.config)}/{metric}": value for metric, value in result.metrics.items()}
 

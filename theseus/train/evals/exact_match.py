@@ -280,7 +280,8 @@ class ExactMatch(Evaluation):
     def run(cls, context: EvalContext) -> dict[str, float]:
         """Generate, extract and score the task's examples with the current parameters."""
         settings = context.config.eval.exact_match
-        result = exact_match(context.model, context.params, tokenizer_of(context.config), cls.examples(context.config),
+        tokenizer = tokenizer_of(context.config, root=context.root)
+        result = exact_match(context.model, context.params, tokenizer, cls.examples(context.config),
                              max_new_tokens=int(settings.max_new_tokens), batch_size=int(settings.batch_size))
         return {f"eval/{cls.task_name(context.config)}/exact_match": result.score}
 

@@ -294,7 +294,7 @@ class Lambada(PublicTask):
     @classmethod
     def run(cls, context: EvalContext) -> dict[str, float]:
         """Score each text's last word given the rest."""
-        tokenizer = tokenizer_of(context.config)
+        tokenizer = tokenizer_of(context.config, root=context.root)
         pairs = []
         for text, word in cls.rows(context.config):
             ids = list(tokenizer.encode(text + word))
@@ -363,7 +363,7 @@ class GSM8K(PublicTask):
         """Generate, extract and score the first ``eval.length`` questions."""
         settings = cls.source(context.config)
         examples = cls.rows(context.config)
-        tokenizer = tokenizer_of(context.config)
+        tokenizer = tokenizer_of(context.config, root=context.root)
         longest = max(len(tokenizer.encode(e.prompt)) for e in examples)
         room = int(context.model.config.block_size) - longest
         if room < 1:

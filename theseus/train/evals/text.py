@@ -145,7 +145,7 @@ class TextEvaluation(Evaluation):
     @classmethod
     def score(cls, context: EvalContext, documents: Iterable[Sequence[int] | str], name: str) -> dict[str, float]:
         """``eval/<name>/bpb`` and ``eval/<name>/perplexity`` of ``documents``."""
-        result = text_score(context.model, context.params, tokenizer_of(context.config), documents,
+        result = text_score(context.model, context.params, tokenizer_of(context.config, root=context.root), documents,
                             limit=example_limit(context.config), sizes=architecture_sizes(context.config))
         return {f"eval/{name}/{metric}": value for metric, value in result.metrics.items()}
 
@@ -170,7 +170,7 @@ class BitsPerByte(TextEvaluation):
         """Score the val split of each of ``context.sources`` in ``context.root``."""
         if context.root is None:
             raise ValueError("bits-per-byte reads the job's datasets: this context has no root")
-        eot = int(tokenizer_of(context.config).eot)
+        eot = int(tokenizer_of(context.config, root=context.root).eot)
         suffix = context.config.data.suffix
         out: dict[str, float] = {}
         for name in context.sources:
