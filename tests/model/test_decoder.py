@@ -1,7 +1,7 @@
 """The open-model decoder families on CPU: each family's forward pass, activation checkpointing that changes
 nothing, attention equal to a reference einsum, cached decoding equal to the full pass, bad configs refused, the
-8-device layouts, and a Llama trained through the normal job: checkpoints, a bitwise resume, find/debug and
-`theseus sample`."""
+8-device layouts, and a Llama trained through the normal job: checkpoints, a bitwise resume, find/debug,
+`theseus sample` and `theseus eval`."""
 
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ def test_fsdp_zero_and_tensor_parallel_layouts_train_like_one_device():
 
 
 @pytest.mark.slow
-def test_a_llama_trains_through_the_job_resumes_bitwise_and_samples(tmp_path):
+def test_a_llama_trains_through_the_job_resumes_bitwise_samples_and_evaluates(tmp_path):
     from typer.testing import CliRunner
 
     from tests.train._helpers import config, write_dataset
@@ -216,3 +216,6 @@ def test_a_llama_trains_through_the_job_resumes_bitwise_and_samples(tmp_path):
                                       "--temperature", "0"])
     assert result.exit_code == 0, result.output
     assert "5 tokens" in result.output
+    result = CliRunner().invoke(app, ["eval", root, first.nonce, "--tasks", "bits-per-byte", "--limit", "1"])
+    assert result.exit_code == 0, result.output
+    assert Store(root).find().job("gpt/evaluate").has("eval/fineweb-val/bpb").all()

@@ -8,6 +8,7 @@ from tests.docstrings import examples_fail, names_without_examples
 MODULES = [
     "theseus.model.decoder",
     "theseus.model.decoder_config",
+    "theseus.model.kv_cache",
     "theseus.model.layers.decoder_block",
     "theseus.model.layers.feedforward",
     "theseus.model.layers.gqa",

@@ -28,8 +28,29 @@ _NESTED = {
 }
 
 
+class DtypePolicy:
+    """The jnp dtypes of a config's ``param_dtype`` and ``activation_dtype`` names (a mixin of the model configs).
+
+    >>> GPTConfig(activation_dtype="float32").activation_jnp_dtype.__name__
+    'float32'
+    """
+
+    param_dtype: str
+    activation_dtype: str
+
+    @property
+    def param_jnp_dtype(self):
+        """The parameter dtype as a jnp dtype."""
+        return DTYPES[self.param_dtype]
+
+    @property
+    def activation_jnp_dtype(self):
+        """The activation (compute) dtype as a jnp dtype."""
+        return DTYPES[self.activation_dtype]
+
+
 @dataclasses.dataclass(frozen=True)
-class GPTConfig:
+class GPTConfig(DtypePolicy):
     """Shape and numerics of a GPT; defaults are the `gpt/train/pretrain` defaults.
 
     `intermediate_size=-1` means 4 * n_embd. `instrument_residual` and
@@ -92,16 +113,6 @@ class GPTConfig:
     def mlp_dim(self) -> int:
         """Hidden width of the MLP: intermediate_size, or 4 * n_embd when it is -1."""
         return 4 * self.n_embd if self.intermediate_size == -1 else self.intermediate_size
-
-    @property
-    def param_jnp_dtype(self):
-        """The parameter dtype as a jnp dtype."""
-        return DTYPES[self.param_dtype]
-
-    @property
-    def activation_jnp_dtype(self):
-        """The activation (compute) dtype as a jnp dtype."""
-        return DTYPES[self.activation_dtype]
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> GPTConfig:

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from theseus.model.decoder_config import DecoderConfig
+from theseus.model.kv_cache import check_call, empty_cache
 from theseus.model.layers.decoder_block import DecoderBlock
 from theseus.model.layers.feedforward import INIT_STD
 from theseus.model.layers.norms import decoder_norm
@@ -83,25 +84,13 @@ class Decoder(nn.Module):
         >>> len(cache), cache[0][0].shape
         (2, (3, 8, 1, 8))
         """
-        cfg = self.config
-        if not 0 < length <= cfg.block_size:
-            raise ValueError(f"a cache holds 1..block_size ({cfg.block_size}) positions, got {length}")
-        shape = (batch, length, cfg.kv_heads, cfg.head_size)
-        return tuple((jnp.zeros(shape, cfg.activation_jnp_dtype), jnp.zeros(shape, cfg.activation_jnp_dtype))
-                     for _ in range(cfg.n_layers))
+        return empty_cache(self.config, batch, length, self.config.kv_heads, self.config.head_size)
 
     @nn.compact
     def __call__(self, idx: jax.Array, deterministic: bool = True, *, positions: jax.Array | None = None,
                  cache: tuple[tuple[jax.Array, jax.Array], ...] | None = None):
         cfg = self.config
-        if idx.ndim != 2:
-            raise ValueError(f"idx must be [batch, time], got shape {idx.shape}")
-        if idx.shape[1] > cfg.block_size:
-            raise ValueError(f"sequence length {idx.shape[1]} is longer than block_size {cfg.block_size}")
-        if (cache is None) != (positions is None):
-            raise ValueError("decoding needs both positions [batch, time] and a cache (Decoder.init_cache)")
-        if cache is not None and len(cache) != cfg.n_layers:
-            raise ValueError(f"the cache has {len(cache)} layers, the model {cfg.n_layers}")
+        check_call(cfg, "Decoder", idx, positions, cache)
 
         embed = nn.Embed(cfg.vocab_size, cfg.n_embd, dtype=cfg.activation_jnp_dtype, param_dtype=cfg.param_jnp_dtype,
                          embedding_init=nn.initializers.normal(stddev=INIT_STD), name="embed")
@@ -111,7 +100,7 @@ class Decoder(nn.Module):
 
         block_class = DecoderBlock
         # remat under a transformation only: an eager call (the debugger's capture) must see arrays, not tracers
-        if cfg.remat != "none" and cache is None and isinstance(idx, jax.core.Tracer):
+        if cfg.remat != "none" and cache is None and isinstance(x, jax.core.Tracer):
             block_class = nn.remat(DecoderBlock, policy=getattr(jax.checkpoint_policies, cfg.remat))
         caches = []
         for i in range(cfg.n_layers):

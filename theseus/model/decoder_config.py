@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from theseus.model.config import DTYPES
+from theseus.model.config import DTYPES, DtypePolicy
 
 #: how each family departs from the defaults (Llama's): the switches `for_family` sets
 FAMILIES: dict[str, dict[str, Any]] = {
@@ -42,7 +42,7 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class DecoderConfig:
+class DecoderConfig(DtypePolicy):
     """Shape, switches and numerics of a decoder (see the module doc); every field changes the forward pass or,
     for ``family``, the Hugging Face names an export writes.
 
@@ -167,16 +167,6 @@ class DecoderConfig:
     def mlp_dim(self) -> int:
         """Hidden width of the MLP (intermediate_size)."""
         return self.intermediate_size
-
-    @property
-    def param_jnp_dtype(self):
-        """The parameter dtype as a jnp dtype."""
-        return DTYPES[self.param_dtype]
-
-    @property
-    def activation_jnp_dtype(self):
-        """The activation (compute) dtype as a jnp dtype."""
-        return DTYPES[self.activation_dtype]
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> DecoderConfig:

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from theseus.model.config import GPTConfig
+from theseus.model.kv_cache import check_call, empty_cache
 from theseus.model.layers.block import Block
 from theseus.model.layers.dense import INIT_STD, layer_norm
 
@@ -64,26 +65,14 @@ class GPT(nn.Module):
         >>> len(cache), cache[0][0].shape
         (2, (3, 8, 4, 8))
         """
-        cfg = self.config
-        if not 0 < length <= cfg.block_size:
-            raise ValueError(f"a cache holds 1..block_size ({cfg.block_size}) positions, got {length}")
-        shape = (batch, length, cfg.n_head, cfg.head_dim)
-        return tuple((jnp.zeros(shape, cfg.activation_jnp_dtype), jnp.zeros(shape, cfg.activation_jnp_dtype))
-                     for _ in range(cfg.n_layers))
+        return empty_cache(self.config, batch, length, self.config.n_head, self.config.head_dim)
 
     @nn.compact
     def __call__(self, idx: jax.Array, deterministic: bool = True, *, positions: jax.Array | None = None,
                  cache: tuple[tuple[jax.Array, jax.Array], ...] | None = None):
         cfg = self.config
-        if idx.ndim != 2:
-            raise ValueError(f"idx must be [batch, time], got shape {idx.shape}")
+        check_call(cfg, "GPT", idx, positions, cache)
         T = idx.shape[1]
-        if T > cfg.block_size:
-            raise ValueError(f"sequence length {T} is longer than block_size {cfg.block_size}")
-        if (cache is None) != (positions is None):
-            raise ValueError("decoding needs both positions [batch, time] and a cache (GPT.init_cache)")
-        if cache is not None and len(cache) != cfg.n_layers:
-            raise ValueError(f"the cache has {len(cache)} layers, the model {cfg.n_layers}")
 
         embed = dict(
             features=cfg.n_embd,

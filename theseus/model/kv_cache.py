@@ -1,0 +1,54 @@
+"""The key/value cache both decoders (`theseus.model.gpt.GPT`, `theseus.model.decoder.Decoder`) take: its empty
+layout, and the checks of a forward call with or without one.
+
+>>> from theseus.model.config import GPTConfig
+>>> cache = empty_cache(GPTConfig(n_embd=32, n_head=4, n_layers=2, block_size=8), 3, 8, heads=4, head_dim=8)
+>>> len(cache), cache[0][0].shape
+(2, (3, 8, 4, 8))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+
+def empty_cache(config: Any, batch: int, length: int, heads: int,
+                head_dim: int) -> tuple[tuple[jax.Array, jax.Array], ...]:
+    """Per block of ``config.n_layers``, keys and values [batch, length, heads, head_dim] of zeros in the activation
+    dtype; ``length`` must be 1..block_size.
+
+    >>> from theseus.model.config import GPTConfig
+    >>> empty_cache(GPTConfig(n_embd=32, n_head=4, block_size=8), 1, 9, heads=4, head_dim=8)
+    Traceback (most recent call last):
+    ...
+    ValueError: a cache holds 1..block_size (8) positions, got 9
+    """
+    if not 0 < length <= config.block_size:
+        raise ValueError(f"a cache holds 1..block_size ({config.block_size}) positions, got {length}")
+    shape = (batch, length, heads, head_dim)
+    dtype = config.activation_jnp_dtype
+    return tuple((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(config.n_layers))
+
+
+def check_call(config: Any, owner: str, idx: jax.Array, positions: Any, cache: Any) -> None:
+    """Raise on a call ``owner`` (the model's class name) cannot run: idx not [batch, time], longer than block_size,
+    positions without a cache (or the reverse), or a cache of another depth.
+
+    >>> import jax.numpy as jnp
+    >>> from theseus.model.config import GPTConfig
+    >>> check_call(GPTConfig(n_embd=32, n_head=4, block_size=8), "GPT", jnp.zeros((1, 4)), jnp.zeros((1, 4)), None)
+    Traceback (most recent call last):
+    ...
+    ValueError: decoding needs both positions [batch, time] and a cache (GPT.init_cache)
+    """
+    if idx.ndim != 2:
+        raise ValueError(f"idx must be [batch, time], got shape {idx.shape}")
+    if idx.shape[1] > config.block_size:
+        raise ValueError(f"sequence length {idx.shape[1]} is longer than block_size {config.block_size}")
+    if (cache is None) != (positions is None):
+        raise ValueError(f"decoding needs both positions [batch, time] and a cache ({owner}.init_cache)")
+    if cache is not None and len(cache) != config.n_layers:
+        raise ValueError(f"the cache has {len(cache)} layers, the model {config.n_layers}")
