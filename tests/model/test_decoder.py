@@ -219,3 +219,37 @@ def test_a_llama_trains_through_the_job_resumes_bitwise_samples_and_evaluates(tm
     result = CliRunner().invoke(app, ["eval", root, first.nonce, "--tasks", "bits-per-byte", "--limit", "1"])
     assert result.exit_code == 0, result.output
     assert Store(root).find().job("gpt/evaluate").has("eval/fineweb-val/bpb").all()
+
+
+def test_a_family_job_refuses_a_bad_architecture_before_any_device_work():
+    from theseus.train.config import load_config
+    from theseus.train.jobs import PretrainMistral
+    from theseus.train.recipe import as_recipe
+
+    recipe = as_recipe(PretrainMistral)
+    good = load_config({"architecture": {"n_embd": 64, "n_head": 4, "sliding_window": 8}}, PretrainMistral.Config)
+    recipe.check(good)
+    assert recipe.model(good).config.sliding_window == 8 and recipe.model(good).config.family == "mistral"
+    with pytest.raises(ValueError, match="rope_scaling 'yarn' is not one of"):
+        recipe.check(load_config({"architecture": {"rope_scaling": "yarn"}}, PretrainMistral.Config))
+    with pytest.raises(Exception, match="family"):  # the part fixes the family: no such key in its section
+        load_config({"architecture": {"family": "gemma"}}, PretrainMistral.Config)
+
+
+def test_the_lm_eval_harness_adapter_scores_a_decoder_as_by_hand(tmp_path, monkeypatch):
+    pytest.importorskip("lm_eval")
+    from tests.train._harness_tasks import multiple_choice_task, offline, sums
+    from tests.train.test_eval_harness import by_hand
+    from theseus.train.evals.harness import TheseusLM, harness
+    from theseus.train.example import CharacterTokenizer
+
+    offline(monkeypatch, tmp_path / "hf")
+    model, params, _ = family_model("qwen3", vocab_size=128)
+    tokenizer = CharacterTokenizer()
+    rows = sums(8, seed=2)
+    (tmp_path / "tasks").mkdir()
+    folder = multiple_choice_task(tmp_path / "tasks", "sums", rows)
+    keys, _ = harness(TheseusLM(model, params, tokenizer), ["sums"], include_path=str(folder), limit=5)
+    expected = by_hand(model, params, tokenizer, rows[:5])
+    assert keys["eval/sums/acc"] == pytest.approx(expected["acc"])
+    assert keys["eval/sums/acc_norm"] == pytest.approx(expected["acc_norm"])
