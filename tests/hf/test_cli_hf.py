@@ -4,6 +4,7 @@ trained further with training.init_from; bad input is one error line, exit 2, no
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -61,7 +62,10 @@ def test_a_family_imports_with_transformers_logits_and_exports_back_bit_equal(tm
     back = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "out"), dtype=torch.float32).eval()
     with torch.no_grad():
         assert float(np.abs(back(torch.tensor(idx)).logits.numpy() - ours).max()) < 1e-5
-    assert json.loads(Store(str(root)).record(node)["export/hf/files"]).keys() >= {"tokenizer.json", "config.json"}
+    files = json.loads(Store(str(root)).record(node)["export/hf/files"])
+    assert files.keys() >= {"tokenizer.json", "config.json", "model.safetensors"}
+    for name, digest in files.items():  # the recorded hashes are those of the files as written
+        assert hashlib.sha256((tmp_path / "out" / name).read_bytes()).hexdigest() == digest
 
     again = invoke("import", "hf", tmp_path / "out", root, "--name", "again")
     assert again.exit_code == 0, again.output

@@ -182,7 +182,8 @@ def export_hf(root: str | Store, target: str | Node, out: str, dtype: str = "bf1
     os.makedirs(out, exist_ok=True)
     target = _NUMPY[dtype]
     cast = ((name, a if a.dtype == target else a.astype(target)) for name, a in params_to_hf(params.get, None))
-    written = write_folder(out, cast, SHARD_BYTES)  # cast only what differs: a same-dtype astype copies
+    files: dict[str, str] = {}  # each file's sha256: the safetensors' hashed as they are written
+    written = write_folder(out, cast, SHARD_BYTES, digests=files)  # cast only what differs: astype copies
     del params
     _write_json(os.path.join(out, "config.json"), {**hf_config, "torch_dtype": dtype})
     _write_json(os.path.join(out, "generation_config.json"),
@@ -193,8 +194,7 @@ def export_hf(root: str | Store, target: str | Node, out: str, dtype: str = "bf1
         with open(os.path.join(out, name), "wb") as f:
             f.write(body)
         written.append(name)
-    files = {}
-    for rel in sorted(written):
+    for rel in sorted(set(written) - set(files)):
         digest = hashlib.sha256()
         with open(os.path.join(out, rel), "rb") as f:
             for block in iter(lambda: f.read(2**24), b""):

@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -165,8 +166,6 @@ def import_hf(folder: str, root: str | Store, name: str | None = None, dtype: st
     if generation:
         with open(os.path.join(folder, "generation_config.json"), "rb") as f:
             sidecars[GENERATION_FILE] = f.read()
-    sidecars[SOURCE_FILE] = json.dumps({"folder": folder, "files": {n: _hash(os.path.join(folder, n))
-                                                                    for n in sorted(set(read))}}, indent=2).encode()
     # lazily: the base key's JSON is written as every checkpoint writes it
     import jax
 
@@ -179,11 +178,20 @@ def import_hf(folder: str, root: str | Store, name: str | None = None, dtype: st
                                      "node": node.id, "parent": None, "step": 0, "base": None,
                                      "imported": folder}, indent=2).encode()
     leaves = _cast(convert_params(tensors.read, tensors.names), param_dtype)
-    try:  # the checkpoint first: a folder that fails part way leaves no run behind
-        ckpt.save_streamed(store.objects(node), leaves, sidecars)
-    except BaseException:
-        rootfs.remove_tree(store.objects(node))
-        raise
+    # the files read are hashed on another thread while the parameters are converted and written (hashlib and
+    # TensorStore release the GIL): one more read of the folder, not one more pass before the conversion
+    with ThreadPoolExecutor(1) as pool:
+        hashed = pool.submit(lambda: {n: _hash(os.path.join(folder, n)) for n in sorted(set(read))})
+
+        def with_source() -> dict[str, bytes]:
+            return {**sidecars, SOURCE_FILE: json.dumps({"folder": folder, "files": hashed.result()},
+                                                        indent=2).encode()}
+
+        try:  # the checkpoint first: a folder that fails part way leaves no run behind
+            ckpt.save_streamed(store.objects(node), leaves, with_source)
+        except BaseException:
+            rootfs.remove_tree(store.objects(node))
+            raise
     with store.writer() as w:
         w.begin(node)
         w.job(node, key, configs.to_yaml(config), source=job_source(cls))

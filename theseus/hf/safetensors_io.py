@@ -16,6 +16,7 @@ pickles is refused.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import struct
@@ -167,8 +168,9 @@ class SafetensorsFolder:
             yield name, self.read(name)
 
 
-def _write_file(path: str, tensors: list[tuple[str, np.ndarray]], metadata: dict[str, str]) -> None:
-    """One safetensors file of ``tensors``, written under a temporary name and then renamed."""
+def _write_file(path: str, tensors: list[tuple[str, np.ndarray]], metadata: dict[str, str]) -> str:
+    """One safetensors file of ``tensors``, written under a temporary name and then renamed; the sha256 of its
+    bytes, hashed as they are written (no second read)."""
     header: dict = {"__metadata__": metadata} if metadata else {}
     offset = 0
     for name, array in tensors:
@@ -179,20 +181,23 @@ def _write_file(path: str, tensors: list[tuple[str, np.ndarray]], metadata: dict
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as the reference writer does
     temporary = f"{path}.tmp-{os.getpid()}"
+    digest = hashlib.sha256()
     with open(temporary, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw)
-        for _, array in tensors:
-            f.write(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)  # bytes: bfloat16 has no buffer format
+        for block in (struct.pack("<Q", len(raw)) + raw,
+                      *(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data for _, a in tensors)):
+            digest.update(block)  # as bytes: bfloat16 has no buffer format
+            f.write(block)
         f.flush()
         os.fsync(f.fileno())
     os.replace(temporary, path)
+    return digest.hexdigest()
 
 
 def write_folder(folder: str, tensors: Iterable[tuple[str, np.ndarray]], shard_bytes: int = SHARD_BYTES,
-                 metadata: dict[str, str] | None = None) -> list[str]:
+                 metadata: dict[str, str] | None = None, digests: dict[str, str] | None = None) -> list[str]:
     """Write ``tensors`` (``(name, array)`` pairs, consumed one shard at a time) as ``model.safetensors``, or, when
     they hold more than ``shard_bytes``, as ``model-0000k-of-0000n.safetensors`` shards and their index. Returns the
-    files written, relative to ``folder``.
+    files written, relative to ``folder``; ``digests``, when given, gets each safetensors file's sha256.
 
     >>> import tempfile, numpy as np
     >>> folder = tempfile.mkdtemp()
@@ -216,13 +221,14 @@ def write_folder(folder: str, tensors: Iterable[tuple[str, np.ndarray]], shard_b
         shards[-1].append((name, array))
         held += size
         total += size
+    digests = {} if digests is None else digests
     if len(shards) == 1:
-        _write_file(os.path.join(folder, SINGLE), shards[0], metadata)
+        digests[SINGLE] = _write_file(os.path.join(folder, SINGLE), shards[0], metadata)
         return [SINGLE]
     files, weight_map = [], {}
     for k, shard in enumerate(shards, 1):
         rel = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
-        _write_file(os.path.join(folder, rel), shard, metadata)
+        digests[rel] = _write_file(os.path.join(folder, rel), shard, metadata)
         files.append(rel)
         weight_map.update({name: rel for name, _ in shard})
     with open(os.path.join(folder, INDEX), "w") as f:

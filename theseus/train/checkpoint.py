@@ -429,10 +429,12 @@ def save(folder: str, state: Any, sidecars: Mapping[str, bytes | str] | None = N
 
 
 def save_streamed(folder: str, leaves: Iterable[tuple[str, np.ndarray]],
-                  sidecars: Mapping[str, bytes | str] | None = None) -> None:
+                  sidecars: Mapping[str, bytes | str] | Callable[[], Mapping[str, bytes | str]] | None = None) -> None:
     """Save host arrays as a checkpoint one leaf at a time, from this one process: each ``(name, array)``
-    (``params/wte/embedding``: nested mapping keys joined by ``/``) is written and hashed before the next is
-    asked for, so a state larger than memory is saved in the format `save` writes (one chunk per leaf).
+    (``params/wte/embedding``: nested mapping keys joined by ``/``) is hashed while TensorStore writes it, and
+    the next is asked for while it is still being written (at most one write in flight), so a state larger than
+    memory is saved in the format `save` writes (one chunk per leaf). ``sidecars`` may be a function, called
+    once every leaf is written (sidecars computed meanwhile, e.g. on another thread).
 
     >>> import tempfile, numpy as np
     >>> folder = tempfile.mkdtemp() + "/ckpt"
@@ -443,33 +445,46 @@ def save_streamed(folder: str, leaves: Iterable[tuple[str, np.ndarray]],
     if jax.process_count() > 1:
         raise NotImplementedError("save_streamed writes from one process; save a jax.Array state with save()")
     folder = folder.rstrip("/")
-    sidecar_bytes = _check_sidecars(sidecars)
+    sidecar_bytes = None if callable(sidecars) else _check_sidecars(sidecars)
     if is_complete(folder):
         raise ValueError(f"{folder} already holds a committed checkpoint")
     rootfs.remove_tree_except(folder, ANALYSIS)  # an interrupted save's garbage, as Checkpointer.save clears it
     context = ts.Context()
     plans, entries, tree = [], [], {}
-    for name, leaf in leaves:
-        parts = name.split("/")
-        if not parts or any(p in ("", ".", "..") or "\\" in p for p in parts) or _RESERVED.fullmatch(name):
-            raise ValueError(f"leaf name {name!r} cannot be a folder of a checkpoint")
-        data = np.ascontiguousarray(leaf)
-        chunk = tuple(max(d, 1) for d in data.shape)
-        full = tuple((0, d) for d in data.shape)
-        plan = _LeafPlan(name, [["dict", p] for p in parts], tuple(data.shape), data.dtype, chunk,
-                         [(full, data)] if data.size else [])
-        store = ts.open(_zarr_spec(folder, name, plan.shape, plan.dtype, chunk), create=True, context=context).result()
-        if data.size:
-            store.write(data).result()
-        entries.extend(_shard_entry(plan, bounds, array) for bounds, array in plan.shards)
-        plan.shards = []  # the bytes are written and hashed: keep none of them
-        plans.append(plan)
-        node = tree
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        if not isinstance(node, dict) or parts[-1] in node:
-            raise ValueError(f"leaf name {name!r} is used twice or is inside another leaf")
-        node[parts[-1]] = 0
+    pending = None  # the previous leaf's write: the disk works while this process hashes and converts
+    try:
+        for name, leaf in leaves:
+            parts = name.split("/")
+            if not parts or any(p in ("", ".", "..") or "\\" in p for p in parts) or _RESERVED.fullmatch(name):
+                raise ValueError(f"leaf name {name!r} cannot be a folder of a checkpoint")
+            data = np.ascontiguousarray(leaf)
+            chunk = tuple(max(d, 1) for d in data.shape)
+            full = tuple((0, d) for d in data.shape)
+            plan = _LeafPlan(name, [["dict", p] for p in parts], tuple(data.shape), data.dtype, chunk,
+                             [(full, data)] if data.size else [])
+            spec = _zarr_spec(folder, name, plan.shape, plan.dtype, chunk)
+            store = ts.open(spec, create=True, context=context).result()
+            written = store.write(data) if data.size else None
+            entries.extend(_shard_entry(plan, bounds, array) for bounds, array in plan.shards)
+            plan.shards = []  # the bytes are hashed (and being written): keep none of them
+            if pending is not None:
+                pending.result()
+            pending = written
+            plans.append(plan)
+            node = tree
+            for p in parts[:-1]:
+                node = node.setdefault(p, {})
+            if not isinstance(node, dict) or parts[-1] in node:
+                raise ValueError(f"leaf name {name!r} is used twice or is inside another leaf")
+            node[parts[-1]] = 0
+    except BaseException:
+        if pending is not None:
+            pending.exception()  # the write in flight ends before the caller may clear the folder
+        raise
+    if pending is not None:
+        pending.result()
+    if sidecar_bytes is None:
+        sidecar_bytes = _check_sidecars(sidecars())
     metadata = [f"{CHECKPOINT}/{plan.name}/zarr.json" for plan in plans]
     contents = rootfs.read_many([rootfs.join(folder, rel) for rel in metadata])
     entries.extend(mf.FileEntry.of_bytes(rel, data) for rel, data in zip(metadata, contents, strict=True))
