@@ -166,32 +166,21 @@ def test_a_launch_past_its_deadline_is_stopped_and_recorded(tmp_path):
     root = make_root(tmp_path)
     done = theseus("launch", "gpt/train/pretrain", "slow", root, *TINY, "training.tokens=1000000",
                    "--processes", "2", "--devices-per-process", "1", "--timeout", "25", timeout=180)
-    assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-3000:]
-    assert "past its deadline" in done.stderr
+    assert "past its deadline" in done.stderr, done.stdout[-4000:] + done.stderr[-3000:]
     store = Store(root)
     nonce = store.runs()["nonce"][0]
     record = store.run_record(nonce)
-    assert record["_status"] == "failed"
-    # The worker records its own SIGTERM; if it cannot within the 15 s grace (a loaded
-    # machine, a peer already gone mid-collective), the supervisor records the SIGKILL.
-    assert "deadline" in record["_error"], record["_error"]
-    assert "signal 15" in record["_error"] or "killed by signal 9" in record["_error"], record["_error"]
+    # The deadline's SIGTERM stops both workers at one agreed step with its checkpoint committed: the run
+    # is recorded preempted and resumes from there. If they cannot within the 15 s grace (a loaded
+    # machine), the supervisor records the SIGKILL as a failure.
+    if record["_status"] == "preempted":
+        assert done.returncode == 75
+        tip = store.find().nonce(nonce).last()
+        assert store.find().nonce(nonce).checkpoint().last() == tip
+    else:
+        assert done.returncode == 1 and record["_status"] == "failed" and "killed by signal 9" in record["_error"]
     shown = CliRunner().invoke(app, ["logs", root, nonce])
     assert shown.output.count("deadline of 25 s passed") == 2  # both processes stopped
-
-
-@pytest.mark.slow
-def test_autobatch_on_two_processes_agrees_on_one_size(tmp_path):
-    root = make_root(tmp_path)
-    done = theseus("launch", "gpt/train/pretrain", "auto", root, *TINY, "training.per_device_batch_size=-1",
-                   "--processes", "2", "--devices-per-process", "1", "--timeout", "360",
-                   env={"THESEUS_AUTOBATCH_SIZE_CANDIDATES": "4 2"})
-    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    store = Store(root)
-    nonce = store.runs()["nonce"][0]
-    assert "per_device_batch_size: 4" in store.run_record(nonce)["_config"]  # the resolved size is recorded
-    assert done.stdout.count("AUTOBATCH | per_device_batch_size=4") == 2  # each process probed
-    assert len(losses(store, nonce)) == STEPS
 
 
 # --- bad input: refused before anything starts, nothing written ---------------------------

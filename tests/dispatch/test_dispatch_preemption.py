@@ -102,6 +102,30 @@ def test_launch_auto_resume_starts_a_preempted_run_again_and_it_resumes(tmp_path
     assert logs == ["process-0.2.log", "process-0.log"]  # each start's output
 
 
+@pytest.mark.slow
+def test_two_processes_agree_on_the_step_a_signal_to_one_of_them_stops_at(tmp_path):
+    """SIGTERM to process 1 only: both stop at one step (agreed through jax.distributed's store), commit the
+    checkpoint together and exit 75; the relaunch resumes that lineage on both processes to its end."""
+    root = make_root(tmp_path)
+    args = [sys.executable, "-m", "theseus.cli", "launch", "gpt/train/pretrain", "pair", root, *TINY,
+            "training.tokens=null", f"training.steps={LONG}", "logging.checkpoint_interval=100000",
+            "logging.validation_interval=100000", "--processes", "2", "--devices-per-process", "1",
+            "--auto-resume", "--timeout", "600"]
+    launch = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_nodes(Store(root), "pair", 4, lambda: launch.poll() is None)
+    workers = _workers_of(launch.pid)
+    assert len(workers) == 2
+    with open(f"/proc/{workers[0]}/cmdline", "rb") as f:
+        first = b"--process-id\x001" in f.read()
+    os.kill(workers[0] if first else workers[1], signal.SIGTERM)  # process 1 only
+    out, err = launch.communicate(timeout=600)
+    assert launch.returncode == 0, out[-4000:] + err[-3000:]
+    assert "was preempted; starting it again to resume it (1 of 3)" in err
+    nonce = _one_finished_lineage(root, "pair", LONG)
+    assert out.count("resuming " + nonce) == 2  # both processes of the second start resumed it
+    assert "another process's signal: stopped after step" in out  # process 0 stopped on process 1's signal
+
+
 def test_auto_resume_does_not_continue_a_lineage_past_its_last_checkpoint(tmp_path):
     """A start killed before it committed a checkpoint at its last node: resuming from an earlier
     checkpoint would write the later nodes twice, so the start refuses and says how to go on."""

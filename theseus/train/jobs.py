@@ -14,7 +14,6 @@ that replaces parts is a new training job::
 from __future__ import annotations
 
 import json
-import signal
 import weakref
 from typing import Any
 
@@ -31,7 +30,7 @@ from theseus.train.evals.text import BitsPerByte
 from theseus.train.evaluations import ValidationLoss
 from theseus.train.inspection import Inspection
 from theseus.train.models import DECODER_PARTS
-from theseus.train.preemption import StopRequest
+from theseus.train.preemption import AgreedStop, StopRequest
 from theseus.train.recipe import Recipe
 from theseus.train.retention import Policy, Retention
 
@@ -227,23 +226,25 @@ class Pretrain(Recipe, Job):
 
         SIGTERM while it trains (`theseus.train.preemption`) ends the current step, commits its
         checkpoint and raises ``Preempted``: ``job()`` records the run ``preempted``, and a
-        resume continues it from that node as if it had never stopped. A run of several
-        processes keeps SIGTERM as it was (the launcher records it failed): each process would
-        stop at the step its own signal found it at, and their collectives would no longer match.
+        resume continues it from that node as if it had never stopped. The processes of a
+        multi-process run stop at one step, agreed when the first of them gets the signal
+        (`theseus.train.preemption.AgreedStop`).
         """
         self._inspection.drop()  # job() records how the run ends
         self._start()
-        with StopRequest(signals=(signal.SIGTERM,) if jax.process_count() == 1 else ()) as stop:
+        with StopRequest() as request:
+            stop = AgreedStop(request)
             try:
-                self.trainer.train(stop=lambda: stop.requested)
+                self.trainer.train(stop=lambda: stop(self.trainer.step))
             finally:
                 try:
                     self.trainer.wait()
                 finally:
                     self._close_mirror()
         self.node = self._node_at(self.trainer.step)
-        if stop.requested and self.trainer.step < self.trainer.total_steps:
-            self.log.warning(f"JOB {self.node.run} | {stop.signal_name}: stopped after step {self.trainer.step}, "
+        if stop.stopped and self.trainer.step < self.trainer.total_steps:
+            why = request.signal_name or "another process's signal"
+            self.log.warning(f"JOB {self.node.run} | {why}: stopped after step {self.trainer.step}, "
                              f"checkpoint committed at node {self.node.id}")
             raise Preempted(self.node, self.trainer.step)
         return self.node

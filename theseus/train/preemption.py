@@ -8,6 +8,12 @@ commits it and ends the job as ``Preempted`` (`theseus.jobs`). The previous hand
 back when the ``with`` block ends. Signals reach Python's main thread only: elsewhere the
 request installs nothing and is never set.
 
+The processes of a ``jax.distributed`` run must stop at one step, or their collectives no
+longer match: ``AgreedStop`` asks each step whether to stop, and a process that got the
+signal proposes a step a few steps ahead (``LEAD``) through the run's key-value store
+(`jax.distributed`'s coordination service); the first proposal wins, every process reads it
+and stops there.
+
 >>> import os, signal
 >>> with StopRequest() as stop:
 ...     before = stop.requested
@@ -22,7 +28,12 @@ import signal
 import threading
 from typing import Any
 
-__all__ = ["StopRequest"]
+__all__ = ["LEAD", "AgreedStop", "StopRequest"]
+
+# steps between a proposal and the agreed stop: processes run in step with each other, each at most
+# the trainer's run-ahead (two steps in flight) past another, so every one reads it before that step
+LEAD = 4
+KEY = "theseus/preemption/stop-at"
 
 
 class StopRequest:
@@ -61,3 +72,55 @@ class StopRequest:
         for s, handler in self._previous.items():
             signal.signal(s, handler)
         self._previous = {}
+
+
+class AgreedStop:
+    """``stop(step)`` for the trainer: True at the step every process of the run stops at, once one of them
+    got ``request``'s signal. One process: the request alone, at once. ``stopped``: whether it answered True.
+
+    >>> stop = AgreedStop(StopRequest())
+    >>> stop(3), stop.stopped
+    (False, False)
+    >>> stop.request.received = 15  # as the handler records a SIGTERM
+    >>> stop(4), stop.stopped
+    (True, True)
+    """
+
+    def __init__(self, request: StopRequest, client: Any = None, processes: int | None = None):
+        self.request = request
+        if processes is None:  # lazily: only a training run asks how many processes it has
+            import jax
+
+            processes = jax.process_count()
+        self.processes = int(processes)
+        self._client = client
+        self.stop_at: int | None = None
+        self._proposed = False
+        self.stopped = False
+
+    def _store(self) -> Any:
+        """The run's key-value store (the coordination service of ``jax.distributed``)."""
+        if self._client is None:
+            from jax._src import distributed  # the client jax.distributed.initialize started
+
+            self._client = distributed.global_state.client
+        return self._client
+
+    def __call__(self, step: int) -> bool:
+        if self.processes == 1:
+            self.stopped = self.stopped or self.request.requested
+            return self.stopped
+        if self.stop_at is None:
+            store = self._store()
+            if self.request.requested and not self._proposed:
+                self._proposed = True
+                try:
+                    store.key_value_set(KEY, str(int(step) + LEAD))
+                except Exception:  # noqa: BLE001 - another process proposed first: its step stands
+                    pass
+            try:
+                self.stop_at = int(store.key_value_try_get(KEY))
+            except Exception:  # noqa: BLE001 - no proposal yet (the store says NOT_FOUND)
+                return False
+        self.stopped = self.stopped or step >= self.stop_at
+        return self.stopped
