@@ -253,3 +253,17 @@ def test_the_lm_eval_harness_adapter_scores_a_decoder_as_by_hand(tmp_path, monke
     expected = by_hand(model, params, tokenizer, rows[:5])
     assert keys["eval/sums/acc"] == pytest.approx(expected["acc"])
     assert keys["eval/sums/acc_norm"] == pytest.approx(expected["acc_norm"])
+
+
+def test_attention_auto_is_xla_on_cpu_and_falls_back_to_it_where_cudnn_is_refused(monkeypatch):
+    from theseus.model.layers.gqa import causal_attention
+
+    q, k, v = (jax.random.normal(jax.random.PRNGKey(i), (1, 16, heads, 16), jnp.bfloat16)
+               for i, heads in enumerate((4, 2, 2)))
+    xla = causal_attention(q, k, v, 5, "xla")
+    assert bool((causal_attention(q, k, v, 5, "auto") == xla).all())
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")  # as on a GPU, but this host has no cuDNN
+    assert bool((jax.jit(lambda *a: causal_attention(*a, 5, "auto"))(q, k, v) == xla).all())
+    model, params, idx = family_model("mistral")
+    forced = Decoder(DecoderConfig(**{**vars(model.config), "attention": "xla"}))
+    assert bool((forced.apply({"params": params}, idx) == model.apply({"params": params}, idx)).all())

@@ -203,7 +203,8 @@ def config_to_hf(cfg: DecoderConfig | Mapping[str, Any], eos_token_id: int | Non
             out.update(use_sliding_window=False, sliding_window=None)
     if cfg.rope_scaling != "none":
         out["rope_scaling"] = dict(rope)
-    back = config_from_hf(out, param_dtype=cfg.param_dtype, activation_dtype=cfg.activation_dtype, remat=cfg.remat)
+    back = config_from_hf(out, param_dtype=cfg.param_dtype, activation_dtype=cfg.activation_dtype, remat=cfg.remat,
+                          attention=cfg.attention)
     differ = [f"{f.name}={getattr(cfg, f.name)!r}" for f in dataclasses.fields(cfg)
               if getattr(back, f.name) != getattr(cfg, f.name)]
     if differ:

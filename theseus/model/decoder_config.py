@@ -32,6 +32,8 @@ MLPS = ("gated", "plain")
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
 ROPE_SCALINGS = ("none", "linear", "llama3")
 #: `remat` values: no activation checkpointing, or the `jax.checkpoint_policies` policy of that name
+#: `attention` values: cuDNN's fused kernel where it applies (a GPU, bf16/fp16), or always XLA's
+ATTENTION = ("auto", "xla")
 REMAT_POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
                   "everything_saveable")
 
@@ -49,7 +51,8 @@ class DecoderConfig(DtypePolicy):
     ``n_kv_head=-1``: as many key/value heads as query heads; ``head_dim=-1``: n_embd // n_head.
     ``sliding_window``: each token sees itself and the window-1 tokens before it (0: all of them).
     ``rotary_pct``: the leading fraction of each head's dims RoPE rotates. ``remat``: activation
-    checkpointing of every block under that `jax.checkpoint_policies` policy ("none": off).
+    checkpointing of every block under that `jax.checkpoint_policies` policy ("none": off). ``attention``: "auto"
+    takes cuDNN's fused kernel on a GPU in bf16/fp16, "xla" always XLA's.
 
     >>> DecoderConfig(n_embd=64, n_head=4, n_kv_head=3)
     Traceback (most recent call last):
@@ -94,6 +97,7 @@ class DecoderConfig(DtypePolicy):
     embed_scale: bool = False
     tie_embeddings: bool = False
     remat: str = "none"
+    attention: str = "auto"
 
     def __post_init__(self):
         _choice("family", self.family, tuple(FAMILIES))
@@ -102,6 +106,7 @@ class DecoderConfig(DtypePolicy):
         _choice("activation", self.activation, ACTIVATIONS)
         _choice("rope_scaling", self.rope_scaling, ROPE_SCALINGS)
         _choice("remat", self.remat, REMAT_POLICIES)
+        _choice("attention", self.attention, ATTENTION)
         for name in ("param_dtype", "activation_dtype"):
             _choice(name, getattr(self, name), tuple(DTYPES))
         for name in ("vocab_size", "n_embd", "n_layers", "n_head", "intermediate_size", "block_size",

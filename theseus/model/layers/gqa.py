@@ -1,8 +1,9 @@
 """Grouped-query causal self-attention for the decoder: separate q/k/v projections (bias by config), optional
 RMSNorm of each query and key head (Qwen3), RoPE on the leading rotary dims, an optional sliding window.
 
-Attention runs through `jax.nn.dot_product_attention`, so a GPU may take its fused path; key/value heads
-are shared by ``group_size`` query heads without being copied. ``decode`` is the same layer over a cache.
+Attention runs through `jax.nn.dot_product_attention` (`causal_attention`: cuDNN's fused kernel on a GPU in
+bf16/fp16, XLA's elsewhere); key/value heads are shared by ``group_size`` query heads without being copied.
+``decode`` is the same layer over a cache.
 
 >>> import jax, jax.numpy as jnp
 >>> from theseus.model.decoder_config import DecoderConfig
@@ -34,6 +35,25 @@ def visible_positions(query_positions: jax.Array, length: int, window: int) -> j
     queries = query_positions[:, None, :, None]
     visible = keys <= queries
     return visible & (keys > queries - window) if window else visible
+
+
+def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, window: int, mode: str) -> jax.Array:
+    """Causal attention of q [B, T, n_head, D] over k, v [B, T, kv_heads, D] (within ``window`` when > 0) through
+    `jax.nn.dot_product_attention`: cuDNN's fused kernel when ``mode`` is "auto", the backend a GPU and q bf16 or
+    fp16 (a shape cuDNN refuses when traced falls back), else XLA's, which is the CPU's result.
+
+    >>> import jax.numpy as jnp
+    >>> q = jnp.ones((1, 3, 2, 4))
+    >>> causal_attention(q, q[:, :, :1], q[:, :, :1], 0, "auto").shape
+    (1, 3, 2, 4)
+    """
+    options = dict(is_causal=True, local_window_size=(window - 1, 0) if window else None)
+    if mode == "auto" and jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16):
+        try:
+            return jax.nn.dot_product_attention(q, k, v, implementation="cudnn", **options)
+        except (NotImplementedError, ValueError, RuntimeError):  # no cuDNN, or a shape it does not take
+            pass
+    return jax.nn.dot_product_attention(q, k, v, implementation="xla", **options)
 
 
 class GroupedQueryAttention(nn.Module):
@@ -79,9 +99,7 @@ class GroupedQueryAttention(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         B, T, _ = x.shape
         q, k, v = self._qkv(x, jnp.arange(T))
-        window = self.config.sliding_window
-        y = jax.nn.dot_product_attention(q, k, v, is_causal=True,
-                                         local_window_size=(window - 1, 0) if window else None)
+        y = causal_attention(q, k, v, self.config.sliding_window, self.config.attention)
         return self.o_proj(y.reshape(B, T, -1))
 
     def decode(self, x: jax.Array, positions: jax.Array,
