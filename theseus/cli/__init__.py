@@ -4,7 +4,8 @@ One module per group of commands, each with a ``register(app)``: ``store`` (ls, 
 compact), ``audit`` (audit, gc), ``replay`` (verify, plot), ``dispatch`` (submit, launch,
 logs), ``parts`` (the parts of training jobs), ``analyze`` (an analysis of a checkpoint),
 ``sample`` (text from a checkpoint); ``app`` holds the root command and ``jobs`` / ``run``;
-``errors`` is how every command reports bad input.
+``errors`` is how every command reports bad input; ``lazy`` is the group that imports a
+command's module only when that command runs (its table lists them for the help).
 
 >>> from typer.testing import CliRunner
 >>> result = CliRunner().invoke(app, ["--help"])

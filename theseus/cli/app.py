@@ -24,23 +24,8 @@ from rich.console import Console
 from rich.table import Table
 
 from theseus import catalog
-from theseus.cli import analyze as analyze_commands
-from theseus.cli import audit as audit_commands
-from theseus.cli import dispatch as dispatch_commands
-from theseus.cli import evaluate as evaluate_commands
-from theseus.cli import export as export_commands
-from theseus.cli import importing as importing_commands
-from theseus.cli import manage as manage_commands
-from theseus.cli import parts as parts_commands
-from theseus.cli import plot as plot_commands
-from theseus.cli import replay as replay_commands
-from theseus.cli import sample as sample_commands
-from theseus.cli import store as store_commands
-from theseus.cli import ui as ui_commands
 from theseus.cli.errors import ROOT_ERRORS, fail, log_to_stderr, message
-from theseus.config import apply_overrides
-from theseus.experiments import ExperimentError, import_experiment
-from theseus.quick import quick
+from theseus.cli.lazy import LazyGroup
 
 app = typer.Typer(
     name="theseus",
@@ -48,6 +33,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=LazyGroup,  # the other commands' modules (theseus.cli.lazy.COMMANDS) load when their command runs
+    rich_markup_mode=None,  # click's plain help: the rich one would import every command module
 )
 
 
@@ -67,6 +54,8 @@ def main(
     >>> CliRunner().invoke(app, ["--import", "/nowhere/mine.py", "jobs"]).exit_code  # a missing file: bad input
     2
     """
+    from theseus.experiments import ExperimentError, import_experiment
+
     for target in imports or ():
         try:
             import_experiment(target)
@@ -119,7 +108,9 @@ def run(
     2
     """
     from theseus.cli.resuming import newest_lineage  # lazily, as the CLI loads what one command needs
+    from theseus.config import apply_overrides
     from theseus.jobs import EXIT_PREEMPTED, Preempted
+    from theseus.quick import quick
 
     log_to_stderr(log_level)
     say = Console(stderr=True, highlight=False, soft_wrap=True).print
@@ -163,19 +154,4 @@ def run(
         fail(f"interrupted; the failure is recorded at node {job.node.id}", 130)
     except Exception as e:
         fail(f"{type(e).__name__}: {e} (recorded at node {job.node.id})", 1)
-
-
-store_commands.register(app)  # ls, show, compact
-manage_commands.register(app)  # tag, untag, note, hide, unhide
-audit_commands.register(app)  # audit, gc
-replay_commands.register(app)  # verify
-sample_commands.register(app)  # sample
-evaluate_commands.register(app)  # eval
-plot_commands.register(app)  # plot
-dispatch_commands.register(app)  # submit, launch, logs
-parts_commands.register(app)  # parts
-analyze_commands.register(app)  # analyze
-export_commands.register(app)  # export tensorboard, export --format hf
-importing_commands.register(app)  # import hf
-ui_commands.register(app)  # ui
 

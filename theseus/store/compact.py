@@ -18,7 +18,6 @@ import hashlib
 from typing import NamedTuple
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from theseus.store import fs as rootfs
@@ -254,6 +253,7 @@ def unique_records(table: pa.Table) -> pa.Table:
     >>> unique_records(t).to_pydict()["float"]
     [nan, None]
     """
+    import pyarrow.compute as pc  # here: it loads pyarrow's compute kernels, which opening a root does not need
     if table.num_rows < 2:
         return table
     ties = None

@@ -18,7 +18,6 @@ import fsspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from theseus.store import fs as rootfs
 from theseus.store.recency import last_of_each, later, latest_index, latest_per_group
@@ -326,6 +325,7 @@ def _overlapping(blocks: list[tuple[_Segment, Block]]) -> bool:
 
 def _values(seg: _Segment, block: Block, kind: str) -> pa.Array:
     """A block's values as read type ``kind`` (int folds into float, anything into str)."""
+    import pyarrow.compute as pc  # here: it loads pyarrow's compute kernels, which opening a root does not need
     if block.columns == (kind,):
         return seg.column(kind, block)
     parts = [seg.column(c, block) for c in block.columns]

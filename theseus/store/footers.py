@@ -14,7 +14,6 @@ import fsspec
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -235,6 +234,7 @@ def check_segment(fs: fsspec.AbstractFileSystem, path: str) -> pa.Table:
 
 def _ascending(rows: pa.Table) -> bool:
     """True when ``rows`` are in (seq, stamp, writer) order."""
+    import pyarrow.compute as pc  # here: it loads pyarrow's compute kernels, which opening a root does not need
     order = pc.sort_indices(rows, [(c, "ascending") for c in rows.column_names]).to_numpy()
     return bool((order == np.arange(len(order))).all())
 

@@ -21,7 +21,6 @@ from typing import TypeVar
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 
 ORDER = ("stamp", "writer")  # the columns that rank records, most significant first
 
@@ -86,6 +85,7 @@ def latest_per_group(groups: np.ndarray, stamps, writers) -> np.ndarray:
     >>> latest_per_group(np.array([1, 0, 1, 0]), np.array([5, 2, 5, 3]), pa.array(["a", "w", "b", "v"]))
     array([3, 2])
     """
+    import pyarrow.compute as pc  # here: it loads pyarrow's compute kernels, which opening a root does not need
     table = pa.table({"group": groups, "stamp": stamps, "writer": writers})
     order = pc.sort_indices(table, [("group", "ascending"), *((c, "ascending") for c in ORDER)]).to_numpy()
     return order[last_of_each(groups[order])].astype(np.int64)

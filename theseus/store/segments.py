@@ -29,7 +29,6 @@ from typing import NamedTuple
 import fsspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -142,6 +141,7 @@ def footer_metadata(keys: dict[str, str], index: dict) -> dict[str, str]:
 
 def sort_records(table: pa.Table) -> pa.Table:
     """Records ordered as a segment stores them: by key, then seq, stamp and writer."""
+    import pyarrow.compute as pc  # here: it loads pyarrow's compute kernels, which opening a root does not need
     order = pc.sort_indices(table, [("key", "ascending"), ("seq", "ascending"), ("stamp", "ascending"),
                                     ("writer", "ascending")])
     return table.take(order)
@@ -155,6 +155,7 @@ def index_of(table: pa.Table) -> tuple[dict[str, str], dict]:
     >>> index_of(t)
     ({'a': 'float', 'b': 'int'}, {'stamps': [5, 7], 'blocks': {'a': [0, 2, 0, 1, 2, ['float']], 'b': [2, 3, 0, 0, 1, ['int']]}})
     """  # noqa: E501 - a doctest's expected output, printed on one line
+    import pyarrow.compute as pc  # here: it loads pyarrow's compute kernels, which opening a root does not need
     keys: dict[str, str] = {}
     blocks = {}
     if table.num_rows:
