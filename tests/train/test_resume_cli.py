@@ -154,3 +154,22 @@ def test_training_steps_sets_the_length_and_excludes_tokens(tmp_path):
     assert "training.steps=3 and training.tokens=2560 both set the run's length" in result.output
     assert Store(tmp_path).find().spec(run="both").all() == []  # refused before anything is written
     assert _run("gpt/train/pretrain", "zero", str(tmp_path), *TINY, "training.steps=0").exit_code == 2
+
+
+def test_resume_of_a_lineage_that_went_past_its_checkpoint_branches_and_says_so(tmp_path):
+    """A run killed after its last checkpoint left nodes past it: continuing that lineage would write them
+    again, so --resume branches from the checkpoint (fresh nonce) and its line says so."""
+    write_dataset(tmp_path)
+    root, store = str(tmp_path), Store(tmp_path)
+    assert _run("gpt/train/pretrain", "pre", root, *TINY, "training.steps=2").exit_code == 0
+    [nonce] = {n.nonce for n in store.find().spec(run="pre").all()}
+    with store.writer() as w:  # what a kill after step 3 leaves: a node past the checkpoint at 2, no end
+        node = Node("general.default.pre", nonce, 3, Node("general.default.pre", nonce, 2).id)
+        w.write(node, {"train/loss": 1.0})
+        w.failed(node, "killed")
+    result = _run("gpt/train/pretrain", "pre", root, "training.steps=4", "--resume")
+    assert result.exit_code == 0, result.output
+    branch = store.find().spec(run="pre").finished().last()
+    assert branch.nonce != nonce and branch.seq == 2  # two steps from the checkpoint at seq 2
+    assert f"resume | general.default.pre:{nonce} (failed) from its checkpoint at seq 2, as branch " \
+           f"{branch.nonce} (the lineage went on past that checkpoint)" in result.output
