@@ -16,4 +16,5 @@ REMOTE_MODULES = ("tensorboardX", "tensorboard", "wandb", "comet_ml")
 def remote_group() -> None:
     missing = [m for m in REMOTE_MODULES if importlib.util.find_spec(m) is None]
     if missing:
-        skip_or_fail(f"{', '.join(missing)} not installed: the optional `remote` group, `uv run --group remote --group hf pytest`")
+        skip_or_fail(f"{', '.join(missing)} not installed: the optional `remote` group "
+                     "(`uv run --group remote --group hf pytest`)")
