@@ -142,6 +142,9 @@ def test_logs_of_a_resumed_lineage_come_after_its_checkpoints(tmp_path):
     publish_log(again, 0, b"second launch\n")
     logs = find_logs(root, "abcdef")
     assert [(log.node.seq, log.text()) for log in logs] == [(0, "first launch\n"), (4, "second launch\n")]
+    with Store(root).writer() as w:  # retention retires the checkpoint the second launch started from
+        w.retire(node, "keep_checkpoints=1")
+    assert [log.text() for log in find_logs(root, "abcdef")] == ["first launch\n", "second launch\n"]
 
 
 def test_cli_dispatch_docstrings():

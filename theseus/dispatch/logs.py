@@ -76,7 +76,8 @@ def find_logs(root: str, nonce: str, process: int | None = None) -> list[Process
     name = store.run_record(nonce).get("name") or store.find().nonce(nonce).first().name
     starts = [Node(name, nonce, 0)]
     try:
-        starts += [node.next() for node in store.find().nonce(nonce).checkpoint().all()]
+        # a launch from a since-retired checkpoint still published its output beside the next node
+        starts += [node.next() for node in store.find().nonce(nonce).checkpoint(retired=True).all()]
     except (EmptyResult, ValueError):
         pass
     found: list[ProcessLog] = []

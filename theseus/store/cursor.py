@@ -130,9 +130,10 @@ class Cursor:
         """
         return replace(self, run_filters=self.run_filters + (Tagged(marks.check_tag(tag)),))
 
-    def checkpoint(self) -> Cursor:
+    def checkpoint(self, retired: bool = False) -> Cursor:
         """Only nodes with a committed checkpoint that is not retired (``logging.keep_checkpoints``
-        retires old ones: a ``_retired`` record, after which the folder is deleted).
+        retires old ones: a ``_retired`` record, after which the folder is deleted); ``retired=True``
+        keeps the retired ones too, for a run's history (their checkpoint files are gone).
 
         >>> from theseus.store.store import _doc_store
         >>> store, n = _doc_store()
@@ -141,8 +142,11 @@ class Cursor:
         ...     w.retire(n, "keep_checkpoints=1")
         >>> [node.seq for node in store.find().checkpoint().all()]
         [1]
+        >>> [node.seq for node in store.find().checkpoint(retired=True).all()]
+        [0, 1]
         """
-        return replace(self, node_filters=self.node_filters + (Has(schema.CHECKPOINT), Lacks(schema.RETIRED)))
+        kept = () if retired else (Lacks(schema.RETIRED),)
+        return replace(self, node_filters=self.node_filters + (Has(schema.CHECKPOINT), *kept))
 
     def has(self, key: str) -> Cursor:
         """Nodes where ``key`` is not null."""
