@@ -56,26 +56,14 @@ def _check_out(out: str) -> None:
         raise ValueError(f"{out} exists and is not an empty folder: an export never overwrites files")
 
 
-def _params(folder: str, sealed: Any) -> dict[str, np.ndarray]:
-    """Every ``params/`` leaf of the checkpoint in ``folder`` (checked against its MANIFEST as read), by leaf path
-    under params/, as host arrays."""
-    # lazily: TensorStore and JAX read the checkpoint; the CLI imports this module without them
-    import jax
+def _params(folder: str, sealed: Any) -> Callable[[str], np.ndarray | None]:
+    """``read(leaf)``: a ``params/`` leaf of the checkpoint in ``folder`` by its path under params/ (None: no such
+    leaf), read on demand as a host array and checked against its MANIFEST as it is read (one leaf at a time)."""
+    from theseus.train import checkpoint as ckpt  # lazily: TensorStore reads the checkpoint
 
-    from theseus.train import checkpoint as ckpt
-
-    tree: dict = {}
-    for leaf in ckpt.read_index(folder)["leaves"]:
-        parts = leaf["path"].split("/")
-        if parts[0] != "params":
-            continue
-        node = tree
-        for p in parts[1:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = jax.ShapeDtypeStruct(tuple(leaf["shape"]), np.dtype(leaf["dtype"]))
-    state, _ = ckpt.restore(folder, {"params": tree}, partial=True, sealed=sealed)
-    flat = jax.tree_util.tree_flatten_with_path(state["params"])[0]
-    return {"/".join(k.key for k in path): np.asarray(value) for path, value in flat}
+    entries = {leaf["path"].split("/", 1)[1]: leaf for leaf in ckpt.read_index(folder)["leaves"]
+               if leaf["path"].startswith("params/")}
+    return lambda leaf: ckpt.read_leaf(sealed, entries[leaf]) if leaf in entries else None
 
 
 def _architecture_family(store: Store, node: Node) -> str:
@@ -178,13 +166,12 @@ def export_hf(root: str | Store, target: str | Node, out: str, dtype: str = "bf1
     eos = generation.get("eos_token_id")
     hf_config = config_to_hf(eos_token_id=_eot(config.get("tokenizer") or {}, store.root) if eos is None else eos,
                              bos_token_id=generation.get("bos_token_id"))
-    params = _params(folder, sealed)
+    read = _params(folder, sealed)
     os.makedirs(out, exist_ok=True)
     target = _NUMPY[dtype]
-    cast = ((name, a if a.dtype == target else a.astype(target)) for name, a in params_to_hf(params.get, None))
+    cast = ((name, a if a.dtype == target else a.astype(target)) for name, a in params_to_hf(read, None))
     files: dict[str, str] = {}  # each file's sha256: the safetensors' hashed as they are written
     written = write_folder(out, cast, SHARD_BYTES, digests=files)  # cast only what differs: astype copies
-    del params
     _write_json(os.path.join(out, "config.json"), {**hf_config, "torch_dtype": dtype})
     _write_json(os.path.join(out, "generation_config.json"),
                 {k: v for k, v in {**generation, "bos_token_id": hf_config["bos_token_id"],

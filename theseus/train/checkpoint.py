@@ -760,6 +760,34 @@ def _read_arrays(sealed: mf.Sealed, wanted: dict[str, tuple[tuple, np.dtype, Any
     return arrays
 
 
+def read_leaf(sealed: mf.Sealed, entry: Mapping[str, Any]) -> np.ndarray:
+    """One leaf of a sealed checkpoint (``entry``: its `read_index` entry) as a host array, read alone and checked
+    against the manifest as it is read; no device and no other leaf is touched, so a converter holds one leaf at
+    a time.
+
+    >>> import tempfile, numpy as np
+    >>> folder = tempfile.mkdtemp() + "/ckpt"
+    >>> save_streamed(folder, iter([("params/w", np.arange(3.0)), ("step", np.int32(0))]))
+    >>> [entry] = [e for e in read_index(folder)["leaves"] if e["path"] == "params/w"]
+    >>> read_leaf(mf.Sealed(folder), entry).tolist()
+    [0.0, 1.0, 2.0]
+    """
+    name, shape = entry["path"], tuple(int(d) for d in entry["shape"])
+    chunk = tuple(max(int(c), 1) for c in entry.get("chunk_shape", shape))
+    sealed.hash_file(f"{CHECKPOINT}/{name}/zarr.json")  # the metadata TensorStore reads when it opens the array
+    store = ts.open({"driver": "zarr3", "kvstore": _kvstore(sealed.folder, name)}, open=True, read=True).result()
+    if tuple(store.shape) != shape or store.dtype.numpy_dtype != np.dtype(entry["dtype"]):
+        raise ValueError(f"{sealed.folder}: array {name} is {_describe(store.shape, store.dtype.numpy_dtype)}, "
+                         f"index says {_describe(shape, np.dtype(entry['dtype']))}")
+    data = store.read().result()
+    if not math.prod(shape):
+        return data
+    starts, whole = _covered(tuple((0, d) for d in shape), chunk)
+    files = [_chunk_file(name, start, chunk) for start in starts]
+    _check_chunks(sealed, [(files[0], data)] if whole else [], [] if whole else files)
+    return data
+
+
 def _check_chunks(sealed: mf.Sealed, read: list[tuple[str, np.ndarray]], files: list[str],
                   threads: int = 8) -> None:
     """Check chunks against the manifest: those ``read`` whole from their bytes in memory, ``files`` from disk."""
