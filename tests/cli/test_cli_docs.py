@@ -7,7 +7,7 @@ from tests.docstrings import examples_fail, names_without_examples
 # theseus.cli.app / errors: tests/jobs/test_jobs_doctests.py; audit: tests/audit; replay: tests/replay;
 # dispatch: tests/dispatch/test_dispatch_logs.py; export: tests/mirror (it needs the `remote` group)
 MODULES = ["theseus.cli", "theseus.cli.parts", "theseus.cli.plot", "theseus.cli.analyze", "theseus.cli.sample",
-           "theseus.cli.runs", "theseus.cli.evaluate"]
+           "theseus.cli.runs", "theseus.cli.evaluate", "theseus.cli.lazy"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -41,3 +41,23 @@ def test_a_command_runs_and_an_unknown_one_gets_a_suggestion(tmp_path):
     assert result.exit_code == 2 and "no root" in result.output
     result = CliRunner().invoke(app, ["aduit"])
     assert result.exit_code == 2 and "Did you mean 'audit'" in result.output
+
+
+def test_ls_imports_its_module_only(tmp_path):
+    """``theseus ls ROOT`` in a fresh interpreter imports ``theseus.cli.store`` and no other command's module,
+    nor pyarrow's compute kernels (the store imports them where it sorts or merges, which listing never does)."""
+    from theseus.store import Node, Store
+
+    node = Node.start("lazy.ls.one")
+    with Store(str(tmp_path / "root")).writer() as w:
+        w.job(node, "gpt/train/pretrain", "lr: 0.1")
+        w.write(node.next(), {"train/loss": 1.0})
+        w.finished(node.next())
+    watched = sorted({e.module for e in COMMANDS.values()} | {"pyarrow.compute"})
+    program = ("import sys; from theseus.cli import app\n"
+               f"try: app(['ls', {str(tmp_path / 'root')!r}], prog_name='theseus')\n"
+               "except SystemExit as e: assert not e.code, e.code\n"
+               f"print(sorted(m for m in {watched!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "200"})
+    assert done.stdout.rstrip().endswith("['theseus.cli.store']"), done.stdout + done.stderr

@@ -35,7 +35,11 @@ from typer.core import TyperCommand, TyperGroup
 
 
 class Lazy(NamedTuple):
-    """Where a command is registered (a module with ``register(app)``) and its one-line help."""
+    """Where a command is registered (a module with ``register(app)``) and its one-line help.
+
+    >>> COMMANDS["ls"].module
+    'theseus.cli.store'
+    """
 
     module: str
     help: str
