@@ -1,4 +1,5 @@
-"""GPT-2 small on one GPU: tokens/s and MFU of the composed trainer, the bare jitted step and a PyTorch GPT.
+"""GPT-2 small on one GPU: tokens/s and MFU of the composed trainer, the bare jitted step and a PyTorch GPT;
+then a Llama-shape model of about 1B parameters at sequence 2048 through the same bare step.
 
 Model: GPT-2 small (n_embd 768, 12 layers, 12 heads, block 1024, vocab 50304, learned
 positions, biases, tied unembedding, float32 parameters, bfloat16 activations), per-device
@@ -18,6 +19,13 @@ deterministic loader's batches 0.. of one synthetic dataset of random tokens):
 (c) PyTorch: the same GPT written here on the nanoGPT recipe (pre-LN blocks, fused qkv,
     ``F.scaled_dot_product_attention(is_causal=True)``, tanh-GELU MLP 4x, tied ``wte``),
     fused AdamW, bf16 autocast, ``torch.compile``; the parameter count must equal ours.
+
+(d) Llama: the ``llama`` model part (what ``llama/train/pretrain`` trains) at Llama 3.2 1B's shape:
+    hidden 2048, 16 layers, 32 heads, 8 key/value heads, SwiGLU 8192, vocabulary 128256, tied
+    embeddings, RoPE theta 500000 with llama3 scaling (1,235,814,400 parameters); float32
+    parameters, bfloat16 activations, ``attention=auto`` (cuDNN's fused attention on the GPU);
+    batch ``--llama-per-device`` x 2048 of random tokens, timed like (b). Its MFU uses the
+    part's own ``flops_per_token``; it has no PyTorch ratio.
 
 MFU = tokens/s * theseus.train.mfu.flops_per_token(config, non-embedding params) / peak,
 the peak being ``chip_peak(device, "bfloat16")`` (CPU: the peak the trainer measured,
@@ -54,6 +62,7 @@ from theseus.model.gpt import GPT, count_params
 from theseus.quick import quick
 from theseus.store import Store
 from theseus.train.mfu import chip_peak, flops_per_token
+from theseus.train.parts import get_part
 from theseus.train.step import init_state, make_train_step
 
 JOB = "gpt/train/pretrain"
@@ -91,6 +100,20 @@ def tiny() -> GPTConfig:
     """A model small enough for a CPU smoke test of the whole script."""
     return GPTConfig(n_embd=64, n_layers=2, n_head=2, block_size=64, vocab_size=512, rope=False, bias=True,
                      param_dtype="float32", activation_dtype="bfloat16")
+
+
+def llama_1b() -> dict[str, Any]:
+    """Llama 3.2 1B's shape as the ``llama`` part's ``architecture`` section (bf16 activations, fused attention)."""
+    return {"n_embd": 2048, "n_layers": 16, "n_head": 32, "n_kv_head": 8, "intermediate_size": 8192,
+            "vocab_size": 128256, "block_size": 2048, "tie_embeddings": True, "rope_theta": 500000.0,
+            "rope_scaling": "llama3", "rope_factor": 32.0, "norm_eps": 1e-5, "attention": "auto",
+            "dtype": {"param": "float32", "activation": "bfloat16"}}
+
+
+def tiny_llama() -> dict[str, Any]:
+    """A Llama-family model small enough for a CPU smoke test of (d)."""
+    return {"n_embd": 64, "n_layers": 2, "n_head": 4, "n_kv_head": 2, "intermediate_size": 128, "vocab_size": 512,
+            "block_size": 64, "attention": "auto", "dtype": {"param": "float32", "activation": "bfloat16"}}
 
 
 def write_dataset(root: str, setup: Setup) -> None:
@@ -178,30 +201,67 @@ def adamw() -> optax.GradientTransformation:
                        optax.adamw(LR, b1=BETAS[0], b2=BETAS[1], weight_decay=WEIGHT_DECAY, mask=decay))
 
 
-def run_bare(setup: Setup, batches: list[dict[str, np.ndarray]]) -> dict[str, Any]:
-    """(b): the jitted train step in a Python loop, state donated."""
-    start = time.perf_counter()
-    model, optimizer = GPT(setup.model), adamw()
-    state = jax.jit(lambda key: init_state(model, optimizer, key, setup.model.block_size))(jax.random.PRNGKey(0))
-    step = jax.jit(make_train_step(model, optimizer), donate_argnums=0)
+def timed_steps(step, state, batches: list[dict[str, np.ndarray]], warmup: int, steps: int) -> tuple[float, float]:
+    """Seconds of ``steps`` steps after ``warmup`` untimed ones, each batch put on the device in the loop, and the
+    last loss; ``state`` is donated to ``step`` and dropped afterwards."""
     key = jax.random.PRNGKey(1)
     metrics = None
-    for k in range(setup.warmup):
+    for k in range(warmup):
         state, metrics = step(state, jax.device_put(batches[k]), key)
     jax.block_until_ready((state, metrics))
     t0 = time.perf_counter()
-    for k in range(setup.warmup, setup.warmup + setup.steps):
+    for k in range(warmup, warmup + steps):
         state, metrics = step(state, jax.device_put(batches[k]), key)
     jax.block_until_ready((state, metrics))
     seconds = time.perf_counter() - t0
     loss = float(metrics["loss"])
     del state, metrics
     gc.collect()
+    return seconds, loss
+
+
+def run_bare(setup: Setup, batches: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+    """(b): the jitted train step in a Python loop, state donated."""
+    start = time.perf_counter()
+    model, optimizer = GPT(setup.model), adamw()
+    state = jax.jit(lambda key: init_state(model, optimizer, key, setup.model.block_size))(jax.random.PRNGKey(0))
+    step = jax.jit(make_train_step(model, optimizer), donate_argnums=0)
+    seconds, loss = timed_steps(step, state, batches, setup.warmup, setup.steps)
     return {
         "tokens_per_second": setup.steps * setup.tokens_per_step / seconds,
         "step_ms": seconds / setup.steps * 1e3,
         "wall_s": time.perf_counter() - start,
         "last_loss": loss,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- (d)
+
+
+def run_llama(architecture: dict[str, Any], batch: int, warmup: int, steps: int) -> dict[str, Any]:
+    """(d): the ``llama`` part's module through the jitted train step in a Python loop, state donated, on random
+    tokens (fresh ones each step, put on the device in the loop as (b) does)."""
+    start = time.perf_counter()
+    model_part = get_part("model", "llama")
+    model_part.check(architecture)
+    model, optimizer = model_part.build(architecture), adamw()
+    block, vocab = architecture["block_size"], architecture["vocab_size"]
+    state = jax.jit(lambda key: init_state(model, optimizer, key, block))(jax.random.PRNGKey(0))
+    fpt = model_part.flops_per_token(architecture, state["params"])
+    n_params = count_params(state["params"])
+    step = jax.jit(make_train_step(model, optimizer), donate_argnums=0)
+    rng = np.random.default_rng(DATA_SEED)
+    tokens = [rng.integers(0, vocab, (batch, block + 1), dtype=np.int32) for _ in range(warmup + steps)]
+    batches = [{"x": t[:, :-1], "y": t[:, 1:], "padding_mask": np.ones((batch, block), bool)} for t in tokens]
+    seconds, loss = timed_steps(step, state, batches, warmup, steps)
+    return {
+        "tokens_per_second": steps * batch * block / seconds,
+        "step_ms": seconds / steps * 1e3,
+        "wall_s": time.perf_counter() - start,
+        "last_loss": loss,
+        "flops_per_token": fpt,
+        "n_params": n_params,
+        "batch": f"{batch} x {block}",
     }
 
 
@@ -330,9 +390,11 @@ def torch_available() -> bool:
 
 
 def table(results: dict[str, dict[str, Any]], setup: Setup, peak: float, fpt: float) -> list[dict[str, Any]]:
-    """One row per way: tokens/s, MFU (same FLOPs per token, same peak) and the ratio to PyTorch."""
+    """One row per way: tokens/s, MFU (same peak; GPT-2's FLOPs per token, (d) its own) and the ratio to PyTorch
+    (GPT-2 rows only)."""
     labels = {"composed": "(a) theseus gpt/train/pretrain via quick()", "bare": "(b) bare jitted make_train_step",
-              "torch": "(c) PyTorch nanoGPT recipe, torch.compile"}
+              "torch": "(c) PyTorch nanoGPT recipe, torch.compile",
+              "llama": "(d) llama part (Llama 3.2 1B shape), bare jitted make_train_step"}
     torch_tps = results.get("torch", {}).get("tokens_per_second")
     rows = []
     for name, label in labels.items():
@@ -341,8 +403,8 @@ def table(results: dict[str, dict[str, Any]], setup: Setup, peak: float, fpt: fl
         rows.append({
             "way": label,
             "tokens_per_second": tps,
-            "mfu": None if tps is None else tps * fpt / peak,
-            "ratio_to_torch": None if tps is None or not torch_tps else tps / torch_tps,
+            "mfu": None if tps is None else tps * r.get("flops_per_token", fpt) / peak,
+            "ratio_to_torch": None if tps is None or not torch_tps or name == "llama" else tps / torch_tps,
             "step_ms": r.get("step_ms"),
             "wall_s": r.get("wall_s"),
             "note": r.get("error") or r.get("skipped") or "",
@@ -397,11 +459,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default 10; --quick 2); it must divide --steps and --warmup")
     parser.add_argument("--per-device", type=int, default=None, help="batch rows (default 16; --quick 4)")
     parser.add_argument("--no-torch", action="store_true", help="skip (c)")
+    parser.add_argument("--no-llama", action="store_true", help="skip (d)")
+    parser.add_argument("--llama-per-device", type=int, default=None, help="(d)'s batch rows of 2048 tokens "
+                        "(default 4; --quick 2)")
     parser.add_argument("--out", action="append", default=[], help="write the results here: .md (the table) "
                         "or .json (everything); may be given more than once")
     args = parser.parse_args(argv)
-    quick_defaults, gpu_defaults = (4, 2, 2, 4), (30, 10, 10, 16)
-    for name, value in zip(("steps", "warmup", "report_interval", "per_device"),
+    quick_defaults, gpu_defaults = (4, 2, 2, 4, 2), (30, 10, 10, 16, 4)
+    for name, value in zip(("steps", "warmup", "report_interval", "per_device", "llama_per_device"),
                            quick_defaults if args.quick else gpu_defaults, strict=True):
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -423,6 +488,7 @@ def main(argv: list[str] | None = None) -> None:
         # read when JAX creates its GPU client (first use below): half the device stays free for PyTorch
         os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = "0.5"
     cfg = tiny() if args.quick else gpt2_small()
+    llama_cfg = tiny_llama() if args.quick else llama_1b()
     setup = Setup(model=cfg, batch=args.per_device, warmup=args.warmup, steps=args.steps,
                   report_interval=args.report_interval,
                   train_tokens=max(1 << 22, 4 * (args.warmup + args.steps) * args.per_device * cfg.block_size))
@@ -448,10 +514,14 @@ def main(argv: list[str] | None = None) -> None:
               f"{setup.warmup} warm-up + {setup.steps} timed steps per way", flush=True)
         ways = (("composed", lambda: run_composed(root, setup)),
                 ("bare", lambda: run_bare(setup, batches)),
+                ("llama", lambda: run_llama(llama_cfg, args.llama_per_device, args.warmup, args.steps)),
                 ("torch", lambda: run_torch(setup, batches, n_params, compile_model=device.platform != "cpu")))
         for name, run in ways:
             if name == "torch" and not run_torch_part:
                 results[name] = {"skipped": "torch not installed" if not args.no_torch else "--no-torch"}
+                continue
+            if name == "llama" and args.no_llama:
+                results[name] = {"skipped": "--no-llama"}
                 continue
             print(f"--- {name}", flush=True)
             try:
@@ -480,6 +550,9 @@ def main(argv: list[str] | None = None) -> None:
                   f"vocab {cfg.vocab_size}, rope {cfg.rope}, params {cfg.param_dtype}, "
                   f"activations {cfg.activation_dtype}"),
         "parameters": f"theseus {n_params:,}; PyTorch {'-' if torch_params is None else f'{torch_params:,}'}",
+        "(d) Llama": ("-" if "n_params" not in results["llama"] else
+                      f"{results['llama']['n_params']:,} parameters, batch {results['llama']['batch']}, "
+                      f"{results['llama']['flops_per_token']:,.0f} FLOPs per token (the llama part's)"),
         "batch": f"{setup.batch} x {cfg.block_size} = {setup.tokens_per_step:,} tokens per step",
         "steps": f"{setup.warmup} warm-up + {setup.steps} timed per way; (a) reports every {setup.report_interval}",
         "flops_per_token": f"{fpt:,.0f} (6N + 12 L d T, N = {non_embedding:,} non-embedding parameters)",
@@ -490,7 +563,7 @@ def main(argv: list[str] | None = None) -> None:
                      f"torch {results['torch'].get('torch', '-')}"),
         "date": time.strftime("%Y-%m-%d"),
     }
-    info = {"title": f"GPT-2 small training throughput on {device.device_kind}" if not args.quick
+    info = {"title": f"GPT-2 small and Llama-shape 1B training throughput on {device.device_kind}" if not args.quick
             else "gpu_bench --quick (tiny model, smoke test)", "facts": facts}
     print()
     print(markdown(rows, info))
