@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 from omegaconf import OmegaConf
 
+from tests.train._analysis_context import context_of
 from tests.train._helpers import VOCAB, config, write_dataset
 from theseus.audit import audit
 from theseus.jobs import job
@@ -27,7 +28,6 @@ from theseus.train.analyses.logit_lens import read_out
 from theseus.train.analyses.norms import token_norms
 from theseus.train.analyses.trace import record
 from theseus.train.config import NotImplementedSetting
-from theseus.train.evaluations import EvalContext
 from theseus.train.jobs import Pretrain
 
 NAMES = ("attention", "norms", "logit-lens")
@@ -47,18 +47,6 @@ def tiny(rope=True, activation="float32", layers=2):
     return model, params, tokens
 
 
-def context_of(model, params, tokens, cfg=None, written=None):
-    batch = {"x": np.asarray(tokens), "y": np.roll(np.asarray(tokens), -1, axis=1),
-             "padding_mask": np.ones(tokens.shape, bool)}
-
-    def write(name, data):
-        written[name] = data
-        return f"objects/n/analysis/{name}"
-
-    return EvalContext(step=1, params=params, config=cfg, sources=("toy",), mean_loss=lambda d: 0.0, model=model,
-                       batch=lambda d: batch, write=write if written is not None else EvalContext.write)
-
-
 @pytest.mark.parametrize("rope", [True, False])
 def test_attention_rows_sum_to_one_are_causal_and_reproduce_the_attention_output(rope):
     model, params, tokens = tiny(rope=rope)
@@ -68,7 +56,7 @@ def test_attention_rows_sum_to_one_are_causal_and_reproduce_the_attention_output
     assert np.allclose(maps.sum(-1), 1.0, atol=1e-6)
     assert (maps[..., np.triu_indices(16, k=1)[0], np.triu_indices(16, k=1)[1]] == 0).all()
     # the maps times the values are what the attention handed its output projection
-    values = np.asarray(trace.qkv)[..., 64:].reshape(2, 2, 16, 4, 8)
+    values = np.asarray(trace.values)
     mixed = np.einsum("lbnts,lbsnh->lbtnh", maps, values).reshape(2, 2, 16, 32)
     assert np.allclose(mixed, np.asarray(trace.mixed), atol=1e-5)
 

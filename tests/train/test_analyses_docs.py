@@ -6,7 +6,8 @@ import pytest
 from tests.docstrings import examples_fail, names_without_examples
 
 MODULES = ["theseus.train.analyses", "theseus.train.analyses.base", "theseus.train.analyses.trace",
-           "theseus.train.analyses.attention", "theseus.train.analyses.norms", "theseus.train.analyses.logit_lens",
+           "theseus.train.analyses.adapters", "theseus.train.analyses.attention", "theseus.train.analyses.norms",
+           "theseus.train.analyses.logit_lens",
            "theseus.train.analyses.picture", "theseus.train.analyses.labels", "theseus.train.evaluations",
            "theseus.train.recipe"]
 

@@ -1,9 +1,10 @@
 """The attention maps: each head's attention probabilities on the first rows of a validation batch.
 
 The probabilities are recomputed from the queries and keys the attention computed with (recorded
-by `theseus.train.analyses.trace.record`), the way `jax.nn.dot_product_attention` makes them: RoPE
-on queries and keys when the model uses it, scores in float32 scaled by ``1/sqrt(head_dim)``, the
-causal mask, a softmax. Each row sums to 1 and is zero right of the diagonal.
+by `theseus.train.analyses.trace.record`, positions applied), the way `jax.nn.dot_product_attention`
+makes them: scores in float32 scaled by ``1/sqrt(head_dim)``, the causal mask (and the sliding window
+when the model has one), a softmax. Each row sums to 1 and is zero right of the diagonal. A model whose
+key/value heads are shared (grouped-query attention) has a map per query head.
 
 Files under ``analysis/attention/``: ``attention.npy`` ``[layer, sample, head, T, T]`` (float16),
 ``entropy.npy`` ``[layer, head]`` (mean entropy of a row, nats) and ``attention.png`` (every head of
@@ -31,7 +32,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from theseus.model.layers.rope import apply_rope
 from theseus.train.analyses.base import ROWS, AnalysisResult, ArrayAnalysis, analysis_input
 from theseus.train.analyses.labels import token_labels
 from theseus.train.analyses.picture import mosaic, new_figure, png
@@ -54,18 +54,15 @@ def probabilities(trace: Trace) -> jax.Array:
     >>> probabilities(record(model, params, [[1, 2, 3]]))[0, 0, 1, 0].tolist()   # the first token sees itself
     [1.0, 0.0, 0.0]
     """
-    cfg = trace.config
-    layers, samples, T, _ = trace.qkv.shape
-    q, k, _ = jnp.split(trace.qkv.reshape(layers * samples, T, -1), 3, axis=-1)
-    q = q.reshape(layers * samples, T, cfg.n_head, cfg.head_dim)
-    k = k.reshape(layers * samples, T, cfg.n_head, cfg.head_dim)
-    if cfg.rope:
-        q, k = apply_rope(q, jnp.arange(T)), apply_rope(k, jnp.arange(T))
+    layers, samples, T, heads, head_dim = trace.queries.shape
+    q = trace.queries.reshape(layers * samples, T, heads, head_dim)
+    k = trace.keys.reshape(layers * samples, T, heads, head_dim)
     scores = jnp.einsum("btnh,bsnh->bnts", q, k, preferred_element_type=jnp.float32)
-    scores = scores * jnp.float32(1.0 / math.sqrt(cfg.head_dim))
-    causal = jnp.tril(jnp.ones((T, T), bool))
-    scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
-    return jax.nn.softmax(scores, axis=-1).reshape(layers, samples, cfg.n_head, T, T)
+    scores = scores * jnp.float32(1.0 / math.sqrt(head_dim))
+    rows, cols = jnp.arange(T)[:, None], jnp.arange(T)[None, :]
+    visible = (cols <= rows) & (cols > rows - trace.window) if trace.window else cols <= rows
+    scores = jnp.where(visible, scores, jnp.finfo(jnp.float32).min)
+    return jax.nn.softmax(scores, axis=-1).reshape(layers, samples, heads, T, T)
 
 
 def summary(maps: np.ndarray) -> dict[str, float]:
@@ -157,7 +154,7 @@ class Attention(ArrayAnalysis):
         tokens = batch["x"] if sample is None else batch["x"][sample:sample + 1]
         trace = record(context.model, context.params, tokens)
         layers = _pick("layer", options.get("layer"), trace.n_layers)
-        heads = _pick("head", options.get("head"), trace.config.n_head)
+        heads = _pick("head", options.get("head"), trace.n_head)
         maps = np.asarray(probabilities(trace))[layers][:, :, heads]  # [layer, sample, head, T, T]
         scalars = summary(maps)
         picture = _picture(maps[:, 0], layers, heads, token_labels(context.tokenizer, tokens[0].tolist()))

@@ -1,7 +1,7 @@
 """The logit lens: the residual stream after each block read out as if it were the last.
 
 Each point of the stream (the embeddings, then each block's output) goes through the model's final
-LayerNorm (``ln_f``) and its tied unembedding, as the model's own last layer does; the top tokens
+norm and its unembedding (tied or not), as the model's own last layer does; the top tokens
 of each position show what the model "predicts" at that depth. The last point's are the model's
 own predictions.
 
@@ -33,7 +33,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from theseus.model.layers.dense import layer_norm
 from theseus.train.analyses.base import ROWS, AnalysisResult, ArrayAnalysis, analysis_input
 from theseus.train.analyses.labels import load_tokenizer, token_labels
 from theseus.train.analyses.picture import new_figure, png
@@ -49,7 +48,7 @@ ANNOTATED = 1024  # the picture writes each cell's token up to this many cells
 
 def read_out(trace: Trace, targets: np.ndarray | None = None, mask: np.ndarray | None = None,
              k: int = TOP) -> dict[str, np.ndarray]:
-    """Every point of the stream through ``ln_f`` and the unembedding: ``top_ids``, ``top_probs``
+    """Every point of the stream through the final norm and the unembedding: ``top_ids``, ``top_probs``
     ``[points, S, T, k]``, and with ``targets`` ``[S, T]`` the mean cross-entropy ``loss`` ``[points]``
     (over the positions ``mask`` keeps).
 
@@ -61,16 +60,11 @@ def read_out(trace: Trace, targets: np.ndarray | None = None, mask: np.ndarray |
     >>> out["top_ids"].shape, out["loss"].shape
     ((2, 1, 3, 2), (2,))
     """
-    cfg = trace.config
-    dtype = cfg.activation_jnp_dtype
-    norm = layer_norm(cfg)
-    embedding = jnp.asarray(trace.params["wte"]["embedding"]).astype(dtype)
+    read = trace.adapter.read_out(trace.config, trace.params)
     ids, probs, losses = [], [], []
     weights = None if mask is None else jnp.asarray(mask, jnp.float32)
     for point in trace.stream():
-        x = norm.apply({"params": trace.params["ln_f"]}, point.astype(dtype))
-        logits = jnp.einsum("btc,vc->btv", x, embedding, preferred_element_type=jnp.float32)
-        logp = jax.nn.log_softmax(logits, axis=-1)
+        logp = jax.nn.log_softmax(read(point), axis=-1)
         top_logp, top_ids = jax.lax.top_k(logp, k)
         ids.append(np.asarray(top_ids, np.int32))
         probs.append(np.asarray(jnp.exp(top_logp), np.float32))

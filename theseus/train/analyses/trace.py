@@ -1,5 +1,6 @@
-"""One forward pass of a GPT on a few rows, recorded: what enters and leaves each block, each block's
-attention and MLP outputs, the attention's fused queries, keys and values, and the heads' mixed values.
+"""One forward pass of a GPT or an open-model Decoder on a few rows, recorded: what enters and leaves each
+block, each block's attention and MLP outputs, each query head's queries, keys and values, and the heads'
+mixed values (`theseus.train.analyses.adapters` says where each model keeps them).
 
 The pass runs eagerly under `flax.linen.intercept_methods`, which hands over each module call's
 arguments and result and changes nothing: the model and its training step stay as they are, and the
@@ -11,8 +12,8 @@ analyses read these numbers instead of a path of the model switched on for them.
 >>> tokens = jnp.zeros((1, 8), jnp.int32)
 >>> params = model.init(jax.random.PRNGKey(0), tokens)["params"]
 >>> trace = record(model, params, tokens)
->>> trace.n_layers, trace.qkv.shape, trace.stream().shape
-(2, (2, 1, 8, 96), (3, 1, 8, 32))
+>>> trace.n_layers, trace.queries.shape, trace.stream().shape
+(2, (2, 1, 8, 4, 8), (3, 1, 8, 32))
 """
 
 from __future__ import annotations
@@ -26,39 +27,41 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from theseus.model.config import GPTConfig
-from theseus.model.gpt import GPT
-from theseus.model.layers.attention import CausalSelfAttention
-from theseus.model.layers.block import Block
-from theseus.model.layers.mlp import MLP
+from theseus.train.analyses.adapters import ADAPTERS, Adapter, adapter_for
 
 __all__ = ["Trace", "local_params", "record"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Trace:
-    """The recorded forward pass of ``tokens`` ``[S, T]`` (the residual stream in float32; ``qkv`` and
-    ``mixed`` in the model's activation dtype, as the attention computed with them).
+    """The recorded forward pass of ``tokens`` ``[S, T]`` (the residual stream in float32; the heads in the
+    model's activation dtype, as the attention computed with them).
 
-    - ``config``: the GPT's `GPTConfig`; ``params``: its parameter sub-tree (``wte``, ``ln_f``, ``blocks_i``);
+    - ``config``: the model's config; ``params``: its parameter sub-tree; ``adapter``: how it is read
+      (`theseus.train.analyses.adapters`);
     - ``embeddings`` ``[S, T, C]``: the residual stream entering the first block;
     - ``blocks`` ``[L, S, T, C]``: the residual stream leaving each block;
-    - ``attn``, ``mlp`` ``[L, S, T, C]``: what each block's attention and MLP add to the stream;
-    - ``qkv`` ``[L, S, T, 3C]``: each attention's fused projection (queries, keys, values side by side);
-    - ``mixed`` ``[L, S, T, C]``: the heads' outputs, the input of each attention's ``c_proj``.
+    - ``attn``, ``mlp`` ``[L, S, T, C]``: what each block's attention and MLP add to the stream (both read
+      the block's input when the model adds them in parallel, as GPT-NeoX);
+    - ``queries``, ``keys``, ``values`` ``[L, S, T, H, D]``: each query head's queries and the keys and
+      values it attends with (positions applied; a key/value head repeated for each query head it serves);
+    - ``mixed`` ``[L, S, T, H * D]``: the heads' outputs, the input of each attention's output projection.
 
-    >>> Trace.__dataclass_fields__["qkv"].name
-    'qkv'
+    >>> Trace.__dataclass_fields__["queries"].name
+    'queries'
     """
 
     tokens: np.ndarray
-    config: GPTConfig
+    config: Any
     params: Any
+    adapter: Adapter
     embeddings: jax.Array
     blocks: jax.Array
     attn: jax.Array
     mlp: jax.Array
-    qkv: jax.Array
+    queries: jax.Array
+    keys: jax.Array
+    values: jax.Array
     mixed: jax.Array
 
     @property
@@ -69,6 +72,20 @@ class Trace:
     def stream(self) -> jax.Array:
         """The residual stream ``[L + 1, S, T, C]``: entering the first block, then leaving each block."""
         return jnp.concatenate([self.embeddings[None], self.blocks], axis=0)
+
+    @property
+    def n_head(self) -> int:
+        """Query heads per attention."""
+        return self.adapter.n_head(self.config)
+
+    @property
+    def window(self) -> int:
+        """How many positions a query sees, itself included (0: every earlier one)."""
+        return self.adapter.window(self.config)
+
+    def read_out(self, point: jax.Array) -> jax.Array:
+        """One stream point ``[S, T, C]`` through the model's final norm and unembedding: float32 logits."""
+        return self.adapter.read_out(self.config, self.params)(point)
 
 
 def local_params(params: Any) -> Any:
@@ -96,10 +113,11 @@ def _path(module: nn.Module) -> tuple[str, ...]:
 
 
 def record(model: nn.Module, params: Any, tokens: Any) -> Trace:
-    """Run ``model`` (a theseus GPT, or a module that calls one) on ``tokens`` ``[S, T]`` and record it.
+    """Run ``model`` (a theseus GPT or open-model Decoder, or a module that calls one) on ``tokens``
+    ``[S, T]`` and record it.
 
-    A model with no `theseus.model.gpt.GPT` inside is a ValueError naming its type: the analyses
-    read the GPT's blocks, attention, MLPs, final norm and embedding.
+    A model with neither inside is a ValueError naming its type: the analyses read the blocks,
+    attention, MLPs, final norm and embedding of a model `theseus.train.analyses.adapters` knows.
 
     >>> import jax, jax.numpy as jnp
     >>> from theseus.model import GPT, GPTConfig
@@ -111,51 +129,58 @@ def record(model: nn.Module, params: Any, tokens: Any) -> Trace:
     tokens = np.asarray(tokens, np.int32)
     if tokens.ndim != 2 or tokens.shape[1] == 0:
         raise ValueError(f"tokens must be [rows, time] with at least one token, got shape {tokens.shape}")
-    found: dict[str, Any] = {"gpt": None, "blocks": {}, "attn": {}, "mlp": {}, "qkv": {}, "mixed": {}}
+    found: dict[str, Any] = {"top": None, "adapter": None, "blocks": {}, "attn": {}, "mlp": {}, "qkv": {},
+                             "mixed": {}}
 
     def as_float(x: jax.Array) -> jax.Array:
         return jnp.asarray(x, jnp.float32)
 
     def intercept(next_fun, args, kwargs, context):
         module, method = context.module, context.method_name
+        if found["top"] is None and method == "__call__" and adapter_for(module) is not None:
+            found["top"], found["adapter"] = module, adapter_for(module)  # the outermost model call
         out = next_fun(*args, **kwargs)
-        if method != "__call__":
+        adapter = found["adapter"]
+        if adapter is None:
             return out
         path = _path(module)
-        if isinstance(module, GPT) and found["gpt"] is None:
-            found["gpt"] = module
-        elif isinstance(module, Block):
+        captured = adapter.capture(module, method, path, args, out)
+        if captured is not None:
+            found[captured[1]].setdefault(captured[0], captured[2])
+        elif method != "__call__":
+            return out
+        elif isinstance(module, adapter.block):
             found["blocks"].setdefault(path, (as_float(args[0]), as_float(out)))
-        elif isinstance(module, CausalSelfAttention):
+        elif isinstance(module, adapter.attention):
             found["attn"].setdefault(path, as_float(out))
-        elif isinstance(module, MLP):
+        elif isinstance(module, adapter.mlp):
             found["mlp"].setdefault(path, as_float(out))
-        elif len(path) >= 2 and path[-1] == "c_attn":
-            found["qkv"].setdefault(path[:-1], out)
-        elif len(path) >= 2 and path[-1] == "c_proj":
-            found["mixed"].setdefault(path[:-1], args[0])
         return out
 
     with nn.intercept_methods(intercept):
         model.apply({"params": local_params(params)}, jnp.asarray(tokens), deterministic=True)
-    gpt = found["gpt"]
-    if gpt is None or not found["blocks"]:
-        raise ValueError(f"the analyses read a theseus GPT (theseus.model.gpt.GPT); this job's model "
+    top, adapter = found["top"], found["adapter"]
+    if top is None or not found["blocks"]:
+        known = " or ".join(f"{a.model.__module__}.{a.model.__name__}" for a in ADAPTERS)
+        raise ValueError(f"the analyses read a model they have an adapter for ({known}); this job's model "
                          f"{type(model).__name__} calls none")
-    base = _path(gpt)
-    names = [base + (f"blocks_{i}",) for i in range(gpt.config.n_layers)]
+    base = _path(top)
+    names = [base + (f"blocks_{i}",) for i in range(top.config.n_layers)]
     sub = local_params(params)
     for name in base:
         sub = sub[name]
-    first = names[0]
+    queries, keys, values = adapter.heads(top.config, [found["qkv"][p + ("attn",)] for p in names])
     return Trace(
         tokens=tokens,
-        config=gpt.config,
+        config=top.config,
         params=sub,
-        embeddings=found["blocks"][first][0],
+        adapter=adapter,
+        embeddings=found["blocks"][names[0]][0],
         blocks=jnp.stack([found["blocks"][p][1] for p in names]),
         attn=jnp.stack([found["attn"][p + ("attn",)] for p in names]),
         mlp=jnp.stack([found["mlp"][p + ("mlp",)] for p in names]),
-        qkv=jnp.stack([found["qkv"][p + ("attn",)] for p in names]),
+        queries=queries,
+        keys=keys,
+        values=values,
         mixed=jnp.stack([found["mixed"][p + ("attn",)] for p in names]),
     )
