@@ -109,6 +109,9 @@ def test_an_imported_llama_samples_evaluates_and_is_trained_further_with_init_fr
                      "training.steps=3", "training.validation_steps=1", "logging.report_interval=1",
                      "logging.checkpoint_interval=3", "logging.validation_interval=3", "--log-level", "WARNING")
     assert trained.exit_code == 0, trained.output
+    other = invoke("run", "gpt/train/pretrain", "other-family", root, f"training.init_from={node.nonce}",
+                   "data.dataset=pydoc")
+    assert other.exit_code == 2 and "not a setting of a gpt model" in other.output, other.output
     last = store.find().name("general.default.continued").checkpoint().last()
     first = store.find().nonce(last.nonce).seq(0).first()
     assert first.parent == node.id and store.record(last)["train/step"] == 3

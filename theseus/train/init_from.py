@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import yaml
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError
 
 from theseus.store import EmptyResult, Node, Store, trust
 from theseus.store import fs as rootfs
@@ -110,7 +111,13 @@ def adopt(config: DictConfig, defaults: DictConfig, source: dict, recipe: Any) -
         for key, value in _dotted(mine[section], f"{section}.").items():
             if value != _dotted(base[section], f"{section}.").get(key) and value != theirs.get(key, value):
                 changed[key] = value
-    adopted = OmegaConf.merge(config, {s: source[s] for s in ADOPTED})
+    try:
+        adopted = OmegaConf.merge(config, {s: source[s] for s in ADOPTED})
+    except ConfigKeyError as e:  # another model part's architecture (a llama checkpoint for a gpt job, say)
+        model = getattr(getattr(recipe, "MODEL", None), "name", "this job's")
+        raise ValueError(f"training.init_from: the checkpoint's {e.full_key} is not a setting of a {model} model: "
+                         "start from it with the training job of its own model (<family>/train/pretrain, the "
+                         "family its run's job names)") from None
     reference = _shapes(recipe, adopted)
     for key, value in changed.items():
         if key.startswith("tokenizer."):
