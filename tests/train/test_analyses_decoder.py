@@ -19,6 +19,7 @@ from theseus.model.debug import capture
 from theseus.model.decoder import Decoder
 from theseus.model.decoder_config import FAMILIES, DecoderConfig
 from theseus.quick import quick
+from theseus.replay.analyze import analyze
 from theseus.store import Store
 from theseus.train.analyses import Attention, LogitLens, Norms
 from theseus.train.analyses.attention import probabilities
@@ -149,3 +150,6 @@ def test_a_family_job_publishes_every_analysis(tmp_path, key, heads):
     for name in ("attention", "norms", "logit-lens"):
         manifest = json.load(open(os.path.join(folder, name, "MANIFEST.json")))
         assert f"{name}.png" in {f["path"] for f in manifest["files"]}
+    # `theseus analyze` on the checkpoint restores the same parameters: the last head's maps again
+    again = analyze(root, node.id, "attention", head=heads - 1)
+    np.testing.assert_allclose(again.arrays["attention"][:, :, 0], attention[:, :, heads - 1], atol=1e-3)

@@ -7,7 +7,8 @@ leaves each block, on the first rows of a validation batch. Two switches of the 
 
 - ``residual``: ``residual.npy`` ``[2 * layers + 1, sample, T]``, each token's residual-stream norm
   at every point the stream changes (entering the first block, after each attention, after each
-  MLP), drawn as a map; key ``analysis/norms/residual_max``;
+  MLP; a parallel block, as GPT-NeoX's, adds both to its input, so its middle point is that input
+  plus the attention's output), drawn as a map; key ``analysis/norms/residual_max``;
 - ``components``: ``components.npy`` ``[layer, 2]``, the mean norm of what each attention and MLP
   adds to the stream; keys ``analysis/norms/attn`` and ``analysis/norms/mlp``.
 
