@@ -17,7 +17,8 @@ the two models (``--steps`` steps each, the order swapped every round) so that b
 machine's noise; per model the median step time and the process CPU time per step are kept.
 
 FLOPs per step: the part's own ``flops_per_token`` (6N + 12 L d T, as MFU uses) times the
-tokens of a step, and, as a cross-check, XLA's ``cost_analysis()`` of the compiled step. The
+tokens of a step, and, as a cross-check, XLA's ``cost_analysis()`` of the compiled step (which also
+gives the bytes the step accesses: on a CPU a step this small is partly bound by memory traffic). The
 FLOPs-normalised ratio is (Llama time / GPT time) / (Llama FLOPs / GPT FLOPs): 1.0 means the
 family costs what its FLOPs say.
 
@@ -52,12 +53,13 @@ def architecture(family: str, dtype: str) -> dict[str, Any]:
             "dtype": {"param": "float32", "activation": dtype}}
 
 
-def xla_flops(compiled) -> float:
-    """FLOPs XLA counts in a compiled computation (0.0 where the backend does not say)."""
+def xla_cost(compiled) -> tuple[float, float]:
+    """FLOPs and bytes accessed XLA counts in a compiled computation (0.0 where the backend does not say)."""
     cost = compiled.cost_analysis()
     if isinstance(cost, (list, tuple)):  # older JAX: one dict per computation
         cost = cost[0] if cost else {}
-    return float((cost or {}).get("flops", 0.0))
+    cost = cost or {}
+    return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
 
 
 class Bench:
@@ -77,7 +79,7 @@ class Bench:
         self.key = jax.random.PRNGKey(1)
         jitted = jax.jit(make_train_step(model, optimizer), donate_argnums=0)
         self.step = jitted.lower(self.state, self.batch, self.key).compile()
-        self.xla_flops = xla_flops(self.step)
+        self.xla_flops, self.xla_bytes = xla_cost(self.step)
         self.wall: list[float] = []
         self.cpu: list[float] = []
 
@@ -123,14 +125,15 @@ def main() -> None:
     print(f"{jax.devices()[0].device_kind}; batch {BATCH} x {BLOCK}, vocab {VOCAB}, activations {args.dtype}; "
           f"{args.rounds} rounds x {args.steps} steps per model")
     print("| model | parameters | FLOPs/step (6N + 12LdT) | FLOPs/step (XLA) | median step | steps (min-max) "
-          "| CPU time/step |")
-    print("|---|---|---|---|---|---|---|")
+          "| CPU time/step | bytes accessed/step (XLA) |")
+    print("|---|---|---|---|---|---|---|---|")
     for b in benches:
         print(f"| {b.family} | {b.n_params:,} | {b.flops / 1e9:.2f} G | {b.xla_flops / 1e9:.2f} G | "
               f"{statistics.median(b.wall) * 1e3:,.0f} ms | {min(b.wall) * 1e3:,.0f}-{max(b.wall) * 1e3:,.0f} ms | "
-              f"{statistics.median(b.cpu) * 1e3:,.0f} ms |")
+              f"{statistics.median(b.cpu) * 1e3:,.0f} ms | {b.xla_bytes / 1e9:.2f} GB |")
     print(f"llama/gpt: time {time_ratio:.3f}x, CPU time {cpu_ratio:.3f}x, FLOPs {flops_ratio:.3f}x "
-          f"(XLA {xla_ratio:.3f}x); FLOPs-normalised: time {time_ratio / flops_ratio:.3f}, "
+          f"(XLA {xla_ratio:.3f}x), bytes accessed {llama.xla_bytes / gpt.xla_bytes:.3f}x; "
+          f"FLOPs-normalised: time {time_ratio / flops_ratio:.3f}, "
           f"CPU time {cpu_ratio / flops_ratio:.3f}, against XLA's FLOPs {time_ratio / xla_ratio:.3f}")
 
 
