@@ -267,3 +267,59 @@ def test_attention_auto_is_xla_on_cpu_and_falls_back_to_it_where_cudnn_is_refuse
     model, params, idx = family_model("mistral")
     forced = Decoder(DecoderConfig(**{**vars(model.config), "attention": "xla"}))
     assert bool((forced.apply({"params": params}, idx) == model.apply({"params": params}, idx)).all())
+
+
+RESHARDED = r"""
+import sys, tempfile
+sys.path.insert(0, {repo!r})
+import jax, numpy as np
+from tests.train._helpers import write_dataset, config, ListLog
+from theseus.train.jobs import PretrainLlama
+from theseus.train.trainer import Trainer
+
+root = tempfile.mkdtemp()
+write_dataset(root, tokens=12_000)
+arch = {{"n_embd": 32, "n_layers": 2, "n_head": 4, "n_kv_head": 2, "intermediate_size": 64, "block_size": 32,
+        "vocab_size": 256, "dtype": {{"activation": "bfloat16"}}}}
+
+def make(devices, per_device, **shard):
+    cfg = config(architecture={{}}, training={{"batch_size": 16, "tokens": 16 * 32 * 6}},
+                 logging={{"report_interval": 1, "validation_interval": 100}}, shard=shard)
+    cfg["architecture"] = arch
+    cfg["training"]["per_device_batch_size"] = per_device
+    return Trainer(cfg, root, recipe=PretrainLlama, devices=devices, log=ListLog(), peak_flops=1e12, progress=False)
+
+folder = root + "/saved"
+fsdp = make(jax.devices(), 1, fsdp=True)  # 8 devices x 1 row, 2 micro-batches a step
+out = {{"fsdp_accumulation": fsdp.accumulation, "losses": [fsdp.tick()["train/loss"] for _ in range(2)]}}
+fsdp.save(folder)
+fsdp.wait()
+batch = fsdp.batch()
+out["next"] = fsdp.tick()["train/loss"]
+meshes = [("one", jax.devices()[:1], 4, {{}}), ("tp", jax.devices(), 2, dict(tp=2, fsdp=True))]
+for name, devices, per_device, shard in meshes:
+    trainer = make(devices, per_device, **shard)
+    trainer.restore(folder)
+    out[name + "_step"] = trainer.step
+    out[name + "_accumulation"] = trainer.accumulation
+    out[name + "_same_batch"] = all(np.array_equal(batch[k], v) for k, v in trainer.batch().items())
+    out[name] = trainer.tick()["train/loss"]
+emit(out)
+"""
+
+
+@pytest.mark.slow
+def test_a_family_checkpoint_reshards_with_accumulation_and_bf16_activations():
+    """A Llama trained on 8 devices (FSDP, 2 micro-batches a step, bf16 activations) restores on 1 device
+    (4 micro-batches) and on a tensor-parallel mesh, each reads the same next batch and takes the same step."""
+    from pathlib import Path
+
+    from tests.train._subproc import run_python
+
+    out = run_python(RESHARDED.format(repo=str(Path(__file__).resolve().parents[2])), devices=8, timeout=500)
+    assert out["fsdp_accumulation"] == 2 and out["one_accumulation"] == 4
+    assert out["one_step"] == out["tp_step"] == 2
+    assert out["one_same_batch"] and out["tp_same_batch"]
+    assert out["losses"][1] < out["losses"][0] + 0.5
+    for name in ("one", "tp"):  # bf16 activations summed in another order: close, not bitwise
+        np.testing.assert_allclose(out[name], out["next"], rtol=2e-2)
