@@ -132,7 +132,8 @@ def test_a_family_job_publishes_every_analysis(tmp_path, key, heads):
                                                            "validation_interval": 2})
     cfg["architecture"] = {"n_embd": 32, "n_layers": 2, "n_head": 4, "n_kv_head": 2 if "llama" in key else -1,
                            "intermediate_size": 64, "block_size": 32, "vocab_size": 256,
-                           "dtype": {"activation": "float32"}}
+                           "dtype": {"activation": "float32"},
+                           "instrumentation": {"residual": True, "components": True}}  # the norms' detail
     with quick(root) as q:
         q.build(key, "run")
         q.config.merge_with(OmegaConf.create(cfg))
@@ -147,6 +148,7 @@ def test_a_family_job_publishes_every_analysis(tmp_path, key, heads):
     assert np.allclose(attention.astype(np.float32).sum(-1), 1.0, atol=1e-2)  # stored as float16
     assert np.load(os.path.join(folder, "logit-lens", "agreement.npy"))[-1] == 1.0
     assert np.load(os.path.join(folder, "norms", "activations.npy")).shape == (3,)
+    assert np.load(os.path.join(folder, "norms", "components.npy")).shape == (2, 2)  # layer, attention / MLP
     for name in ("attention", "norms", "logit-lens"):
         manifest = json.load(open(os.path.join(folder, name, "MANIFEST.json")))
         assert f"{name}.png" in {f["path"] for f in manifest["files"]}

@@ -181,6 +181,8 @@ class DecoderConfig(DtypePolicy):
 
         >>> DecoderConfig.from_mapping({"family": "gemma", "dtype": {"activation": "float32"}}).embed_scale
         True
+        >>> DecoderConfig.from_mapping({"instrumentation": {"residual": True}}) == DecoderConfig()
+        True
         >>> DecoderConfig.from_mapping({"n_emb": 3})
         Traceback (most recent call last):
         ...
@@ -196,6 +198,9 @@ class DecoderConfig(DtypePolicy):
                         kwargs[f"{sub}_dtype"] = subvalue
                     else:
                         unknown.append(f"dtype.{sub}")
+            elif key == "instrumentation" and isinstance(value, Mapping):
+                # the norms analysis's switches: it reads them from the config, the forward pass is unchanged
+                unknown.extend(f"instrumentation.{sub}" for sub in value if sub not in ("residual", "components"))
             elif key in fields:
                 kwargs[key] = value
             else:

@@ -27,7 +27,7 @@ from theseus.model import decoder, gpt
 from theseus.model.config import GPTConfig
 from theseus.model.decoder_config import FAMILIES, DecoderConfig
 from theseus.train import mfu
-from theseus.train.config import ArchitectureConfig, DtypeConfig
+from theseus.train.config import ArchitectureConfig, DtypeConfig, InstrumentationConfig
 from theseus.train.parts import Part, part
 
 __all__ = ["GPT", "DecoderFamily", "Model", "decoder_config", "gpt_config"]
@@ -70,7 +70,7 @@ class Model(Part):
         raise NotImplementedError(f"{cls.__name__} must implement flops_per_token()")
 
 
-@part("model", "gpt", "Decoder-only transformer (RoPE or learned positions, tied unembedding): the seed's GPT.")
+@part("model", "gpt", "GPT-2-style decoder-only transformer (LayerNorm, RoPE or learned positions, tied unembedding).")
 class GPT(Model):
     """`theseus.model.gpt.GPT` built from `ArchitectureConfig`.
 
@@ -117,9 +117,12 @@ def decoder_config(family: str, architecture: Any) -> DecoderConfig:
 
 def _section(family: str) -> type:
     """The ``architecture`` dataclass of ``family``'s part: DecoderConfig's fields (but ``family``, which the part
-    fixes) with the family's switches as defaults, the GPT's vocabulary and block size, and the nested ``dtype``."""
+    fixes) with the family's switches as defaults, the GPT's vocabulary and block size, the nested ``dtype`` and
+    the norms analysis's ``instrumentation``."""
     defaults = {**dataclasses.asdict(DecoderConfig()), "vocab_size": 100288, "block_size": 512, **FAMILIES[family]}
-    fields: list[tuple[str, Any, Any]] = [("dtype", DtypeConfig, dataclasses.field(default_factory=DtypeConfig))]
+    fields: list[tuple[str, Any, Any]] = [
+        ("dtype", DtypeConfig, dataclasses.field(default_factory=DtypeConfig)),
+        ("instrumentation", InstrumentationConfig, dataclasses.field(default_factory=InstrumentationConfig))]
     for f in dataclasses.fields(DecoderConfig):
         if f.name not in ("family", "param_dtype", "activation_dtype"):
             fields.append((f.name, type(defaults[f.name]), dataclasses.field(default=defaults[f.name])))
