@@ -94,7 +94,7 @@ from theseus.store.node import Node
 from theseus.store.status import PREEMPTED
 
 __all__ = ["EXIT_PREEMPTED", "JOB_MODULES", "Job", "Preempted", "UnknownJobError", "get_job", "import_registering",
-           "job", "key_of", "missing_job", "registry"]
+           "job", "job_json", "key_of", "missing_job", "registry"]
 
 #: Modules imported (once, when the registry is first read) to register the built-in jobs.
 #: A module that does not exist yet is skipped; add yours here or import it before use.
@@ -300,6 +300,26 @@ def _close_keys(key: str, keys: list[str], n: int = 3) -> list[str]:
         if score:
             scored.append((-score, k))
     return [k for _, k in sorted(scored)[:n]]
+
+
+def job_json(key: str, node: Node, base: str | None, *, step: int | None = None, **more: Any) -> str:
+    """The text of ``job.json``, the file that names the node an artifact or checkpoint folder was saved
+    for: the job's ``key``, ``node``'s name, nonce, seq, id and parent, the ``step`` (checkpoints only),
+    the ``base`` node id, then ``more`` fields (an import names its source folder). Every writer of
+    ``job.json`` goes through here, so the audit and the restore checks read one shape.
+
+    >>> node = Node("tok", "ab12cd", 0).next()
+    >>> spec = json.loads(job_json("data/tokenize/pydoc", node, None, step=7))
+    >>> spec["node"] == node.id, spec["seq"], spec["parent"] == node.parent, spec["step"], spec["base"]
+    (True, 1, True, 7, None)
+    >>> list(json.loads(job_json("k", node, None, imported="/m")))  # no step: not a checkpoint's
+    ['key', 'name', 'nonce', 'seq', 'node', 'parent', 'base', 'imported']
+    """
+    spec: dict[str, Any] = {"key": key, "name": node.name, "nonce": node.nonce, "seq": node.seq, "node": node.id,
+                            "parent": node.parent}
+    if step is not None:
+        spec["step"] = step
+    return json.dumps({**spec, "base": base, **more}, indent=2)
 
 
 def _as_store(store: Store | str | os.PathLike) -> Store:
@@ -563,10 +583,9 @@ class Job:
         folder = self.store.objects(self.node)
         if not self.primary:
             return folder
-        spec = {"key": self.key, "name": self.name, "nonce": self.node.nonce, "seq": self.node.seq,
-                "node": self.node.id, "parent": self.node.parent, "base": self.base.id if self.base else None}
+        spec = job_json(self.key, self.node, self.base.id if self.base else None)
         rootfs.publish(self.store.fs, f"{folder}/{CONFIG_FILE}", configs.to_yaml(self.config).encode())
-        rootfs.publish(self.store.fs, f"{folder}/{JOB_FILE}", json.dumps(spec, indent=2).encode())
+        rootfs.publish(self.store.fs, f"{folder}/{JOB_FILE}", spec.encode())
         return folder
 
     def __repr__(self) -> str:

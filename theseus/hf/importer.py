@@ -125,6 +125,7 @@ def import_hf(folder: str, root: str | Store, name: str | None = None, dtype: st
     from theseus import config as configs
     from theseus.experiments import job_source
     from theseus.hf.jobs import IMPORTED, job_key
+    from theseus.jobs import job_json
     from theseus.store import fs as rootfs
     from theseus.store.layout import CONFIG_FILE, JOB_FILE, RNG_FILE, objects
     from theseus.train import checkpoint as ckpt
@@ -174,9 +175,7 @@ def import_hf(folder: str, root: str | Store, name: str | None = None, dtype: st
     key = job_key(family)
     sidecars[RNG_FILE] = key_to_json(jax.random.PRNGKey(0), 0).encode()
     sidecars[CONFIG_FILE] = configs.to_yaml(config).encode()
-    sidecars[JOB_FILE] = json.dumps({"key": key, "name": node.name, "nonce": node.nonce, "seq": 0,
-                                     "node": node.id, "parent": None, "step": 0, "base": None,
-                                     "imported": folder}, indent=2).encode()
+    sidecars[JOB_FILE] = job_json(key, node, None, step=0, imported=folder).encode()
     leaves = _cast(convert_params(tensors.read, tensors.names), param_dtype)
     # the files read are hashed on another thread while the parameters are converted and written (hashlib and
     # TensorStore release the GIL): one more read of the folder, not one more pass before the conversion

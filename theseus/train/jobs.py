@@ -1,7 +1,7 @@
 """The registered training job ``gpt/train/pretrain``: a recipe trained by the Trainer, every step a node.
 
-``Pretrain`` is `theseus.train.recipe.Recipe` (the seed's GPT, data, AdamW, WSD,
-cross-entropy and per-dataset validation loss) with the store around it. A subclass
+``Pretrain`` is `theseus.train.recipe.Recipe` (a GPT on one tokenized dataset,
+AdamW, warmup-stable-decay, cross-entropy and per-dataset validation loss) with the store around it. A subclass
 that replaces parts is a new training job::
 
     @job("mylab/train/mix", "Pretrain on a 70/30 mixture with Lion and a cosine schedule.")
@@ -13,7 +13,6 @@ that replaces parts is a new training job::
 
 from __future__ import annotations
 
-import json
 import weakref
 from typing import Any
 
@@ -21,7 +20,7 @@ import jax
 
 from theseus import config as configs
 from theseus.experiments import job_source
-from theseus.jobs import Job, Preempted, _NullWriter, job
+from theseus.jobs import Job, Preempted, _NullWriter, job, job_json
 from theseus.mirror import Mirror, MirrorRun, open_sink
 from theseus.store import EmptyResult, Node, layout, retired, schema, trust
 from theseus.store import fs as rootfs
@@ -49,7 +48,7 @@ def recorded_step(record: dict[str, Any]) -> int | None:
 
 @job("gpt/train/pretrain", "Pretrain a GPT on a tokenized dataset; every step a node, checkpoints in objects/.")
 class Pretrain(Recipe, Job):
-    """Train the recipe's model on its data (the seed's: a GPT on ``<root>/data/<data.dataset>``); the node at
+    """Train the recipe's model on its data (by default a GPT on ``<root>/data/<data.dataset>``); the node at
     seq k holds the state after k steps.
 
     A subclass replaces parts (``DATA``, ``OPTIMIZER``...) or overrides a hook
@@ -215,9 +214,7 @@ class Pretrain(Recipe, Job):
 
     def _sidecars(self, step: int) -> dict[str, str]:
         node = self._node_at(step)
-        spec = {"key": self.key, "name": self.name, "nonce": node.nonce, "seq": node.seq, "node": node.id,
-                "parent": node.parent, "step": step, "base": self.base.id if self.base else None}
-        return {layout.JOB_FILE: json.dumps(spec, indent=2)}
+        return {layout.JOB_FILE: job_json(self.key, node, self.base.id if self.base else None, step=step)}
 
     # -- lifecycle ------------------------------------------------------------------
 
