@@ -26,8 +26,13 @@ def __getattr__(name: str) -> Any:
     """A public name, imported on first use (``theseus.quick`` loads OmegaConf and loguru, which the
     command's listings do not need).
 
-    >>> __getattr__("Store").__name__
-    'Store'
+    >>> from theseus.store import Store
+    >>> __getattr__("Store") is Store
+    True
+    >>> __getattr__("Stores")
+    Traceback (most recent call last):
+    ...
+    AttributeError: module 'theseus' has no attribute 'Stores'
     """
     if name in _HOMES:
         value = getattr(importlib.import_module(_HOMES[name]), name)

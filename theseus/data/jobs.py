@@ -84,7 +84,7 @@ class AlpacaSource:
 
 @dataclass
 class ContiguousData:
-    """The ``data`` keys every contiguous tokenize job shares, in the seed's order."""
+    """The ``data`` keys every contiguous tokenize job shares, in the order config.yaml lists them."""
 
     val_pct: float = 0.05
     seed: int = 2357

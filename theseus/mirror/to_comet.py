@@ -48,7 +48,12 @@ class CometSink:
 def open_run(run: MirrorRun) -> CometSink:
     """The sink of ``run`` (`BACKENDS`'s opener for ``comet``).
 
-    >>> open_run.__name__
-    'open_run'
+    >>> import os, tempfile
+    >>> run = MirrorRun("p.g.r", "abc123", {"lr": 0.1}, folder=tempfile.mkdtemp(), offline=True)
+    >>> sink = open_run(run); sink.log(1, {"train/loss": 2.5})
+    >>> sink.experiment.get_key() == run.key, sink.experiment.get_name()
+    (True, 'r:abc123')
+    >>> sink.close(); [n.startswith(run.key) and n.endswith(".zip") for n in os.listdir(run.folder)]
+    [True]
     """
     return CometSink(run)

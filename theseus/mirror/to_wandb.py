@@ -43,7 +43,11 @@ class WandbSink:
 def open_run(run: MirrorRun) -> WandbSink:
     """The sink of ``run`` (`BACKENDS`'s opener for ``wandb``).
 
-    >>> open_run.__name__
-    'open_run'
+    >>> import tempfile
+    >>> run = MirrorRun("p.g.r", "abc123", {"lr": 0.1}, folder=tempfile.mkdtemp(), offline=True)
+    >>> sink = open_run(run); sink.log(1, {"train/loss": 2.5})
+    >>> sink.run.id == run.key, sink.run.project, sink.run.group, sink.run.name
+    (True, 'p', 'g', 'r:abc123')
+    >>> sink.close()
     """
     return WandbSink(run)

@@ -28,8 +28,13 @@ _HOMES = {"Pretrain": "theseus.train.jobs", "Recipe": "theseus.train.recipe", "S
 def __getattr__(name: str) -> Any:
     """A public name, imported on first use: its module loads JAX, which the CLI's light commands must not.
 
-    >>> __getattr__("Recipe").__name__
-    'Recipe'
+    >>> from theseus.train.recipe import Recipe
+    >>> __getattr__("Recipe") is Recipe, __getattr__("schedules").__name__
+    (True, 'theseus.train.schedules')
+    >>> __getattr__("Recipes")
+    Traceback (most recent call last):
+    ...
+    AttributeError: module 'theseus.train' has no attribute 'Recipes'
     """
     if name in _HOMES:
         return getattr(importlib.import_module(_HOMES[name]), name)

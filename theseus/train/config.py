@@ -2,7 +2,7 @@
 
 A training job's config (`theseus.train.recipe.Recipe.Config`) is these sections
 (`eval`, `tokenizer`, `data`, `training`, `logging`, `shard`) with the parts'
-sections (`architecture`, `optimization`, `loss`, ...) in the seed's order.
+sections (`architecture`, `optimization`, `loss`, ...), in `theseus.train.recipe.SECTIONS` order.
 `load_config(config, schema)` merges user values on top of the defaults and
 returns a struct-mode DictConfig, so a typo is an error that names the key;
 `check_config` refuses values no run can use, and settings that are not
@@ -124,7 +124,7 @@ class TrainingConfig:
     recorded config has a token budget). `evaluate` and
     `analyze` turn the job's evaluations and analyses on at validation steps. A validation
     reads one pass of each val split, at most `validation_steps` batches.
-    `warmup_pct`/`decay_pct` are the seed's keys, but the learning-rate schedule reads
+    `warmup_pct`/`decay_pct` are read by nothing here: the learning-rate schedule reads
     `optimization.warmup_pct`/`decay_pct`: setting these is an error (`check_config`).
     `init_from` (a node id or a nonce) starts the run from that checkpoint's parameters, architecture and
     tokenizer, on a new lineage under that node (`theseus.train.init_from`).
@@ -292,7 +292,7 @@ def check_config(cfg: DictConfig, schema: type) -> None:
     ``per_device_batch_size`` (-1 probes, else positive), a token budget of at least
     one step, and that no key whose behaviour is not implemented
     (`NOT_IMPLEMENTED`, `SCHEDULE_KEYS`) differs from its default: ``training.warmup_pct``
-    and ``training.decay_pct`` are the seed's, but the schedule reads
+    and ``training.decay_pct`` are read by nothing: the schedule reads
     ``optimization.warmup_pct`` / ``decay_pct``, so setting the ``training`` pair
     raises instead of doing nothing.
 

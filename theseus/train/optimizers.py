@@ -91,7 +91,7 @@ def _check_beta(name: str, value: float) -> float:
 
 @dataclasses.dataclass
 class AdamWConfig:
-    """AdamW's fields of ``optimization`` (the seed's order).
+    """AdamW's fields of ``optimization``, in the order config.yaml lists them.
 
     >>> AdamWConfig().lr
     0.0003
@@ -103,7 +103,7 @@ class AdamWConfig:
     lr: float = 0.0003
 
 
-@part("optimizer", "adamw", "AdamW with decoupled weight decay on matrices (the seed's optimizer).")
+@part("optimizer", "adamw", "AdamW with decoupled weight decay on matrices (not biases, norms or embeddings).")
 class AdamW(Optimizer):
     """``optax.adamw`` with `decay_mask`.
 
@@ -127,7 +127,7 @@ class LionConfig:
 
     Lion's update is a sign (every entry +-1), larger than Adam's normalised step, so
     the Lion paper sets its rate 3-10x below a tuned AdamW rate. AdamW's default 3e-4
-    is the seed's cautious rate for large models; the rate the quickstart tunes AdamW
+    is a cautious rate for large models; the rate the quickstart tunes AdamW
     to for its small model is 3e-3, and Lion's 3e-4 is a tenth of that, so the
     quickstart-sized models train with either optimizer's defaults. ``weight_decay``
     keeps ``lr * weight_decay`` at AdamW's 3e-5.

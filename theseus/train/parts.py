@@ -6,9 +6,9 @@ training job (`theseus.train.recipe.Recipe`) names one part of each kind; its
 config is the union of its parts' sections. ``theseus parts`` lists them all.
 
 Parts of one section share it: an optimizer and a schedule both add their fields
-to ``optimization`` (the optimizer's first), so the seed's
-``optimization.{weight_decay, beta1, beta2, lr, warmup_pct, decay_pct, final_lr_frac}``
-is AdamW's fields followed by WSD's.
+to ``optimization`` (the optimizer's first), so with the default AdamW and WSD parts
+``optimization`` is ``{weight_decay, beta1, beta2, lr, warmup_pct, decay_pct, final_lr_frac}``:
+AdamW's fields followed by WSD's.
 
 >>> import dataclasses
 >>> @dataclasses.dataclass

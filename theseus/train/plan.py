@@ -114,7 +114,7 @@ class TrainingPlan:
                    total_steps=total_steps(training, T), local_replicas=max(int(local_replicas), 1))
 
     def lines(self) -> list[str]:
-        """The BATCHING, STEPS and TOKENS log lines (the seed's wording).
+        """The BATCHING, STEPS and TOKENS log lines the trainer prints before its first step.
 
         >>> TrainingPlan(8, 16, 4, 1, 3).lines()[1]
         'STEPS | 6 micro batches // 2 accumulation = 3 steps'

@@ -2,7 +2,7 @@
 
 ``Recipe`` names one part of each kind as a class attribute; a subclass replaces
 them one at a time, and its ``Config`` (the job's typed config) is composed from
-the parts it names, in the seed's section order::
+the parts it names, its sections in `SECTIONS` order::
 
     class Mix(Pretrain):
         DATA = [Sampling("pydoc", 0.7), Sampling("addition", 0.3)]
@@ -55,7 +55,7 @@ from theseus.train.parts import Part, dataclass_fields, parts, section_fields
 
 __all__ = ["PretrainConfig", "Recipe", "Sampling", "SourceConfig", "as_recipe"]
 
-#: the sections every training job has, in the seed's order; part sections fill the empty ones
+#: the sections every training job has, in the order config.yaml lists them; part sections fill the empty ones
 SECTIONS: tuple[tuple[str, type | None], ...] = (
     ("architecture", None),
     ("eval", EvalConfig),
@@ -192,7 +192,7 @@ class Recipe:
 
     @classmethod
     def compose_config(cls) -> type:
-        """The job's config dataclass: the fixed sections with the parts' fields, in the seed's order.
+        """The job's config dataclass: the fixed sections with the parts' fields, in `SECTIONS` order.
 
         >>> from omegaconf import OmegaConf
         >>> OmegaConf.structured(Recipe.compose_config()).loss.z_loss
@@ -339,5 +339,5 @@ def as_recipe(recipe: Recipe | type[Recipe] | None) -> Recipe:
     if not isinstance(recipe, Recipe):
         raise TypeError(f"recipe must be a theseus.train.recipe.Recipe (class or instance), got {recipe!r}")
     return recipe
-#: the config dataclass of `gpt/train/pretrain` (the seed's sections, then ``loss``)
+#: the config dataclass of `gpt/train/pretrain`: `SECTIONS` filled by the GPT, AdamW, WSD and cross-entropy parts
 PretrainConfig = Recipe.Config

@@ -130,7 +130,8 @@ class WSDConfig:
     final_lr_frac: float = 0.01
 
 
-@part("schedule", "wsd", "Warmup, stable, then linear decay to lr * final_lr_frac (the seed's schedule).")
+@part("schedule", "wsd", "Warmup-stable-decay: linear warmup over warmup_pct of the steps, constant lr, then "
+                           "linear decay over the last decay_pct to lr * final_lr_frac.")
 class WSD(Schedule):
     """Warmup-stable-decay (`wsd_schedule`).
 

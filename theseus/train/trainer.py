@@ -940,7 +940,7 @@ class Trainer:
         bitwise equal to the captured ``result.output``). ``layer.close()`` frees it;
         ``with trainer.debug(...) as (layer, inputs):`` too. Without ``path``: the
         first path of the last ``find``, or the first MLP when nothing was found yet
-        (as the seed's walkthrough calls it on a fresh trainer).
+        (so ``trainer.debug()`` on a fresh trainer opens an MLP).
 
         >>> from theseus.model.layers.mlp import MLP
         >>> root, config = tiny_example()
