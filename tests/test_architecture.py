@@ -1,9 +1,10 @@
-"""The package's layout: imports run one way (no cycle), store/ imports no JAX, and
-docs/architecture.md lists every module."""
+"""The package's layout: imports run down the floors docs/architecture.md draws (and so have no
+cycle), store/ imports no JAX, and docs/architecture.md lists every module."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,6 +46,25 @@ def import_graph() -> dict[str, set[str]]:
     return {name: {m for m in imports_of(name, path) if m in modules and m != name} for name, path in modules.items()}
 
 
+def room_of(name: str) -> str:
+    """The room a module belongs to: its folder under theseus/, else its own top-level name."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def floors(text: str) -> dict[str, int]:
+    """``{room: floor}`` from the ``floors`` block of docs/architecture.md, 0 the lowest."""
+    block = re.search(r"^```floors\n(.*?)^```", text, re.S | re.M)
+    assert block, "docs/architecture.md has no ```floors block"
+    lines = [line for line in block.group(1).splitlines() if line.strip()]
+    return {room.strip(): len(lines) - 1 - i for i, line in enumerate(lines) for room in line.split(",")}
+
+
+def upward_imports(graph: dict[str, set[str]], floor: dict[str, int]) -> list[tuple[str, str]]:
+    """Every ``(importer, imported)`` whose imported module stands on a higher floor than its importer."""
+    return sorted((a, b) for a, bs in graph.items() for b in bs if floor[room_of(b)] > floor[room_of(a)])
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan), each sorted."""
     index, low, stack, on_stack, found = {}, {}, [], set(), []
@@ -78,6 +98,23 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_floor_check_finds_an_upward_import():
+    floor = floors("```floors\ncli, theseus\ntrain\njobs\n```\n")
+    assert floor == {"cli": 2, "theseus": 2, "train": 1, "jobs": 0}
+    graph = {"theseus.jobs": {"theseus.train.step"}, "theseus.train.step": {"theseus.jobs"}, "theseus.cli.app": set()}
+    assert upward_imports(graph, floor) == [("theseus.jobs", "theseus.train.step")]
+
+
+def test_every_room_stands_on_a_documented_floor():
+    floor = floors((REPO / "docs" / "architecture.md").read_text())
+    assert {room_of(name) for name in module_names()} - set(floor) == set()
+
+
+def test_imports_run_down_the_documented_floors():
+    floor = floors((REPO / "docs" / "architecture.md").read_text())
+    assert upward_imports(import_graph(), floor) == []
 
 
 def test_no_import_cycle():
