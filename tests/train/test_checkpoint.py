@@ -385,3 +385,27 @@ def test_gcs_round_trip(gcs_emulator):
     out = run_python(GCS_ROUND_TRIP.format(tests=TESTS), devices=1, env=env)
     assert out["same"] and out["exact"]
     assert out["objects"] == out["manifest"] + 1
+
+
+def test_a_streamed_save_with_several_leaves_in_flight_restores_them_and_a_failure_commits_nothing(tmp_path,
+                                                                                                  monkeypatch):
+    import numpy as np
+
+    monkeypatch.setattr(ckpt, "_STREAM_BYTES", 1000)  # a few leaves written and hashed at once, the oldest waited
+    rng = np.random.default_rng(0)
+    leaves = {f"params/w{i}": rng.standard_normal((i + 1, 100)).astype(np.float32) for i in range(6)}
+    folder = str(tmp_path / "ckpt")
+    ckpt.save_streamed(folder, iter([*leaves.items(), ("step", np.int32(3))]))
+    target = {"params": {k.split("/")[1]: jnp.zeros(v.shape) for k, v in leaves.items()}, "step": jnp.int32(0)}
+    restored, _ = ckpt.restore(folder, target)
+    assert all(np.array_equal(restored["params"][k.split("/")[1]], v) for k, v in leaves.items())
+    assert int(restored["step"]) == 3
+
+    def failing():
+        yield from leaves.items()
+        raise RuntimeError("the source ended early")
+
+    broken = str(tmp_path / "broken")
+    with pytest.raises(RuntimeError, match="ended early"):
+        ckpt.save_streamed(broken, failing())
+    assert not ckpt.is_complete(broken) and not os.path.exists(os.path.join(broken, MANIFEST))

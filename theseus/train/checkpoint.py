@@ -33,6 +33,7 @@ before the first GCS access to use an emulator); JSON files through fsspec/gcsfs
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import itertools
@@ -59,6 +60,9 @@ CHECKPOINT = "checkpoint"
 INDEX = "index.json"
 FORMAT = "theseus.checkpoint/1"
 _RESERVED = re.compile(r"index\.json|process-\d+\.json")  # top-level files of checkpoint/
+#: save_streamed: bytes of leaves it holds while they are written and hashed, and the threads hashing them
+_STREAM_BYTES = 2**28
+_STREAM_THREADS = 2
 
 
 # ---------------------------------------------------------------------------
@@ -431,9 +435,10 @@ def save(folder: str, state: Any, sidecars: Mapping[str, bytes | str] | None = N
 def save_streamed(folder: str, leaves: Iterable[tuple[str, np.ndarray]],
                   sidecars: Mapping[str, bytes | str] | Callable[[], Mapping[str, bytes | str]] | None = None) -> None:
     """Save host arrays as a checkpoint one leaf at a time, from this one process: each ``(name, array)``
-    (``params/wte/embedding``: nested mapping keys joined by ``/``) is hashed while TensorStore writes it, and
-    the next is asked for while it is still being written (at most one write in flight), so a state larger than
-    memory is saved in the format `save` writes (one chunk per leaf). ``sidecars`` may be a function, called
+    (``params/wte/embedding``: nested mapping keys joined by ``/``) is hashed on a thread while TensorStore writes
+    it, and the next is asked for meanwhile (the leaves in flight hold at most ``_STREAM_BYTES``, or one leaf),
+    so a state larger than memory is saved in the format `save` writes (one chunk per leaf, each synced as
+    `save`'s are, the MANIFEST last). ``sidecars`` may be a function, called
     once every leaf is written (sidecars computed meanwhile, e.g. on another thread).
 
     >>> import tempfile, numpy as np
@@ -451,38 +456,52 @@ def save_streamed(folder: str, leaves: Iterable[tuple[str, np.ndarray]],
     rootfs.remove_tree_except(folder, ANALYSIS)  # an interrupted save's garbage, as Checkpointer.save clears it
     context = ts.Context()
     plans, entries, tree = [], [], {}
-    pending = None  # the previous leaf's write: the disk works while this process hashes and converts
+    # leaves being written and hashed, oldest first: (write, hash, bytes); the disk works on several (their syncs
+    # overlap) while this process converts the next, and the bytes held for them stay bounded
+    pending: collections.deque[tuple[Any, Any, int]] = collections.deque()
+    hashing = ThreadPoolExecutor(_STREAM_THREADS)  # hashlib releases the GIL on large buffers
+
+    def settle(held: int, keep: int) -> None:  # wait for the oldest until at most ``held`` bytes or ``keep`` leaves
+        while len(pending) > keep and sum(n for _, _, n in pending) > held:
+            written, hashed, _ = pending.popleft()
+            if written is not None:
+                written.result()
+            entries.extend(hashed.result())
+
     try:
         for name, leaf in leaves:
             parts = name.split("/")
             if not parts or any(p in ("", ".", "..") or "\\" in p for p in parts) or _RESERVED.fullmatch(name):
                 raise ValueError(f"leaf name {name!r} cannot be a folder of a checkpoint")
-            data = np.ascontiguousarray(leaf)
+            data = np.asarray(leaf)  # a scalar stays one (ascontiguousarray makes it 1-d), as save stores it
+            data = data if data.flags.c_contiguous else np.ascontiguousarray(data)
             chunk = tuple(max(d, 1) for d in data.shape)
             full = tuple((0, d) for d in data.shape)
-            plan = _LeafPlan(name, [["dict", p] for p in parts], tuple(data.shape), data.dtype, chunk,
-                             [(full, data)] if data.size else [])
-            spec = _zarr_spec(folder, name, plan.shape, plan.dtype, chunk)
-            store = ts.open(spec, create=True, context=context).result()
-            written = store.write(data) if data.size else None
-            entries.extend(_shard_entry(plan, bounds, array) for bounds, array in plan.shards)
-            plan.shards = []  # the bytes are hashed (and being written): keep none of them
-            if pending is not None:
-                pending.result()
-            pending = written
-            plans.append(plan)
+            plan = _LeafPlan(name, [["dict", p] for p in parts], tuple(data.shape), data.dtype, chunk, [])
             node = tree
             for p in parts[:-1]:
                 node = node.setdefault(p, {})
             if not isinstance(node, dict) or parts[-1] in node:
                 raise ValueError(f"leaf name {name!r} is used twice or is inside another leaf")
             node[parts[-1]] = 0
+            spec = _zarr_spec(folder, name, plan.shape, plan.dtype, chunk)
+            store = ts.open(spec, create=True, context=context).result()
+            # the leaf is never changed once given, so TensorStore writes it without a copy of its own
+            written = store.write(data, can_reference_source_data_indefinitely=True) if data.size else None
+            shards = [(full, data)] if data.size else []
+            hashed = hashing.submit(lambda plan=plan, shards=shards: [_shard_entry(plan, b, a) for b, a in shards])
+            pending.append((written, hashed, data.nbytes))
+            plans.append(plan)
+            settle(_STREAM_BYTES, 1)
+        settle(0, 0)
     except BaseException:
-        if pending is not None:
-            pending.exception()  # the write in flight ends before the caller may clear the folder
+        for written, hashed, _ in pending:  # the writes in flight end before the caller may clear the folder
+            if written is not None:
+                written.exception()
+            hashed.exception()
         raise
-    if pending is not None:
-        pending.result()
+    finally:
+        hashing.shutdown(wait=True)
     if sidecar_bytes is None:
         sidecar_bytes = _check_sidecars(sidecars())
     metadata = [f"{CHECKPOINT}/{plan.name}/zarr.json" for plan in plans]
