@@ -156,7 +156,7 @@ BAD = [
      "field 'port': must be a port number"),
     ("zero chips", HOST.replace("chips: 4", "chips: 0"), "chips: 0", "field 'chips': must be positive, got 0"),
     ("env value not text", HOST.replace('TAG: "v1"', "TAG: true"), "TAG: true",
-     "field 'env' key 'TAG': expected a string value"),
+     "field 'env' key 'TAG': expected a string, got 'true' (quote it)"),
     ("field given twice", HOST.replace("cpus: 8", "cpus: 8\n    cpus: 9"), "cpus: 9", "field 'cpus': given twice"),
     ("duplicate host", HOST + "  - {name: box, type: ssh, cluster: lab, chip: cpu, address: b, chips: 1}\n",
      "{name: box", "host 'box': duplicate host name"),
@@ -197,3 +197,43 @@ def test_an_empty_inventory_says_what_it_needs(tmp_path):
     with pytest.raises(InventoryError,
                        match=r"inventory.yaml:1: inventory: the file is empty .expected 'clusters:' and 'hosts:'"):
         load_inventory(path)
+
+
+@pytest.mark.parametrize("change,offending,says", [
+    (("nodes: 4", "nodes: many"), "nodes: many", "host 'k8s' field 'nodes': expected an integer, got 'many'"),
+    (("claim: runs", "claim: [runs]"), "claim: [runs]",
+     "host 'k8s' field 'volume' field 'claim': expected a string, got a list"),
+    (("groups: [tpu]", "groups: [tpu, [cpu]]"), "groups: [tpu, [cpu]]",
+     "host 'pod' field 'groups' item #2: expected a string, got a list"),
+])
+def test_an_error_deep_in_the_file_names_its_own_line_and_field(tmp_path, change, offending, says):
+    text = GOOD.replace(*change)
+    path = write(tmp_path, text)
+    with pytest.raises(InventoryError) as e:
+        load_inventory(path)
+    assert str(e.value) == f"{path}:{line_of(text, offending)}: {says}"
+
+
+def test_text_fields_keep_what_was_written_and_own_keys_override_merged_ones(tmp_path):
+    text = GOOD.replace("version: v2-alpha-tpuv5", "version: 2.0").replace(
+        "    login: login.hpc.example", "    chip: a100\n    login: login.hpc.example")
+    inv = load_inventory(write(tmp_path, text))
+    assert inv.host("pod").version == "2.0"  # a YAML float, read as the text written
+    assert inv.host("hpc").chip == "a100" and inv.host("k8s").chip == "h100"
+
+
+def test_an_alias_that_contains_itself_is_refused(tmp_path):
+    text = HOST + "    groups: &g [cpu, *g]\n"
+    path = write(tmp_path, text)
+    with pytest.raises(InventoryError, match=r"alias that contains itself"):
+        load_inventory(path)
+
+
+def test_the_inventory_schema_is_valid_json_schema():
+    import json
+    from importlib import resources
+
+    import jsonschema
+
+    schema = json.loads(resources.files("theseus.dispatch").joinpath("schemas/inventory.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)

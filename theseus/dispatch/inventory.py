@@ -25,7 +25,9 @@ uv dependency groups its environment syncs, e.g. ``[cuda12]``) and ``env``
 Top-level keys starting with ``x-`` are ignored: a place for YAML anchors
 that hosts merge (``<<: *gpu``).
 
-Errors name the file, the line and the field, and suggest close matches::
+Field types, bounds and path forms are the JSON Schema ``schemas/inventory.json``
+(checked with jsonschema); names, cluster references and TPU types are checked
+here. Errors name the file, the line and the field, and suggest close matches::
 
     inventory.yaml:7: host 'gpu-box' field 'chipz': unknown field; did you mean 'chips'?
 
@@ -44,14 +46,18 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import json
 import os
 import re
 import types
 import typing
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
+import jsonschema
 import yaml
 
 __all__ = [
@@ -83,39 +89,6 @@ class InventoryError(ValueError):
     """
 
 
-def _positive(f: str, v: Any) -> str | None:
-    return f"must be positive, got {v:g}" if v is not None and v <= 0 else None
-
-
-def _port(f: str, v: int) -> str | None:
-    return None if 1 <= v <= 65535 else f"must be a port number (1-65535), got {v}"
-
-
-_SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}:\d{2}:\d{2}$")
-
-
-def _slurm_time(f: str, v: str | None) -> str | None:
-    if v is None or _SLURM_TIME.match(v):
-        return None
-    return f"must be HH:MM:SS or D-HH:MM:SS (quote it in YAML), got {v!r}"
-
-
-def _absolute(f: str, v: str | None) -> str | None:
-    if v is None or v.startswith("/") or v == "~" or v.startswith("~/"):
-        return None
-    return f"must be an absolute path or start with ~/ (the remote home), got {v!r}"
-
-
-def _location(f: str, v: str | None) -> str | None:
-    if v is None or "://" in v or v.startswith("/"):
-        return None
-    return f"must be an absolute path or a URL (gs://...) that means the same on every host, got {v!r}"
-
-
-def _check(*fns):
-    return {"check": fns}
-
-
 @dataclass(frozen=True, kw_only=True)
 class Cluster:
     """A set of hosts sharing one root.
@@ -125,10 +98,10 @@ class Cluster:
     """
 
     name: str
-    root: str = field(metadata=_check(_location))
-    work_dir: str = field(metadata=_check(_absolute))
-    data_dir: str | None = field(default=None, metadata=_check(_location))
-    checkpoint_dir: str | None = field(default=None, metadata=_check(_location))
+    root: str
+    work_dir: str
+    data_dir: str | None = None
+    checkpoint_dir: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,12 +130,12 @@ class SshHost(Host):
 
     type: ClassVar[str] = "ssh"
     address: str
-    port: int = field(default=22, metadata=_check(_port))
+    port: int = 22
     user: str | None = None
     identity_file: str | None = None
-    chips: int = field(metadata=_check(_positive))
-    memory_gb: float | None = field(default=None, metadata=_check(_positive))
-    cpus: int | None = field(default=None, metadata=_check(_positive))
+    chips: int
+    memory_gb: float | None = None
+    cpus: int | None = None
     python: str = "python3"
 
 
@@ -176,17 +149,17 @@ class SlurmHost(Host):
 
     type: ClassVar[str] = "slurm"
     login: str = "localhost"
-    port: int = field(default=22, metadata=_check(_port))
+    port: int = 22
     user: str | None = None
     identity_file: str | None = None
     partitions: tuple[str, ...] = ()
     account: str | None = None
     qos: str | None = None
-    time: str = field(default="01:00:00", metadata=_check(_slurm_time))
-    chips: int = field(metadata=_check(_positive))
-    nodes: int = field(default=1, metadata=_check(_positive))
-    cpus_per_task: int | None = field(default=None, metadata=_check(_positive))
-    memory_gb: float | None = field(default=None, metadata=_check(_positive))
+    time: str = "01:00:00"
+    chips: int
+    nodes: int = 1
+    cpus_per_task: int | None = None
+    memory_gb: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,10 +189,10 @@ class VolcanoHost(Host):
     queue: str = "default"
     image: str
     volume: VolcanoVolume
-    chips: int = field(metadata=_check(_positive))
-    nodes: int = field(default=1, metadata=_check(_positive))
-    memory_gb: float | None = field(default=None, metadata=_check(_positive))
-    cpus: int | None = field(default=None, metadata=_check(_positive))
+    chips: int
+    nodes: int = 1
+    memory_gb: float | None = None
+    cpus: int | None = None
     chip_resource: str = "nvidia.com/gpu"
 
 
@@ -259,14 +232,6 @@ def _tpu_shape(accelerator_type: str) -> tuple[int, int]:
     return devices, devices // per_worker
 
 
-def _tpu_type(f: str, v: str) -> str | None:
-    try:
-        _tpu_shape(v)
-    except ValueError as e:
-        return str(e)
-    return None
-
-
 @dataclass(frozen=True, kw_only=True)
 class TpuHost(Host):
     """A Cloud TPU VM slice; ``chips`` and ``workers`` follow from ``accelerator_type``.
@@ -280,11 +245,11 @@ class TpuHost(Host):
     type: ClassVar[str] = "tpu"
     zone: str
     project: str
-    accelerator_type: str = field(metadata=_check(_tpu_type))
+    accelerator_type: str
     version: str
     spot: bool = False
-    memory_gb: float | None = field(default=None, metadata=_check(_positive))
-    cpus: int | None = field(default=None, metadata=_check(_positive))
+    memory_gb: float | None = None
+    cpus: int | None = None
 
     @property
     def chips(self) -> int:
@@ -375,147 +340,216 @@ def parse_inventory(text: str, path: str = "<string>") -> Inventory:
             problem = f"{problem} ({e.context} at line {context_mark.line + 1})"
         raise InventoryError(f"{path}:{line} invalid YAML: {problem}") from None
     try:
-        return _Reader(loader, path).inventory(root)
+        if root is None:
+            raise InventoryError(f"{path}:1: inventory: the file is empty (expected 'clusters:' and 'hosts:')")
+        doc = _Document(loader, path)
+        data = doc.data(root, ())
+        _validate(doc, data)
+        return _inventory(doc, data)
     finally:
         loader.dispose()
 
 
-class _Reader:
-    """Turns the composed YAML nodes into dataclasses, keeping marks for error messages."""
+class _Document:
+    """Plain data from the composed YAML nodes, keeping each value's node (by path) for error messages."""
 
     def __init__(self, loader: yaml.SafeLoader, path: str):
         self.loader, self.path = loader, path
+        self.nodes: dict[tuple, yaml.Node] = {}  # path -> the value's node
+        self.keys: dict[tuple, yaml.Node] = {}  # path -> the key's node, for mapping entries
+        self.open: set[int] = set()  # ids of the nodes being read, to refuse an alias that contains itself
 
-    def error(self, node: yaml.Node | None, where: str, problem: str) -> InventoryError:
+    def error(self, at: tuple, problem: str, node: yaml.Node | None = None, where: str | None = None
+              ) -> InventoryError:
+        """``file:line: where: problem`` for the value at path ``at`` (the line of ``node`` where given)."""
+        node = node or self.nodes.get(at)
         line = node.start_mark.line + 1 if node is not None else 1
-        return InventoryError(f"{self.path}:{line}: {where}: {problem}")
+        return InventoryError(f"{self.path}:{line}: {where or self.where(at)}: {problem}")
 
-    def inventory(self, root: yaml.Node | None) -> Inventory:
-        if root is None:
-            raise self.error(None, "inventory", "the file is empty (expected 'clusters:' and 'hosts:')")
-        if isinstance(root, yaml.MappingNode):  # `x-...` keys hold YAML anchors for the rest of the file
-            root.value = [(k, v) for k, v in root.value
-                          if not (isinstance(k, yaml.ScalarNode) and str(k.value).startswith("x-"))]
-        top = self.mapping(root, "inventory", {"clusters", "hosts"})
-        for key in ("clusters", "hosts"):
-            if key not in top:
-                raise self.error(root, "inventory", f"missing '{key}:' (a list, may be empty)")
-        cluster_nodes = self.items(top["clusters"][1], "clusters")
-        clusters = tuple(self.record(Cluster, n, _label(n, "cluster", i)) for i, n in enumerate(cluster_nodes))
-        self.unique(clusters, top["clusters"][1], "cluster")
-        names = [c.name for c in clusters]
-        hosts = []
-        for i, node in enumerate(self.items(top["hosts"][1], "hosts")):
-            host = self.host(node, i)
-            if host.cluster not in names:
-                value = self.mapping(node, "", None)["cluster"][1]
-                raise self.error(value, f"host '{host.name}' field 'cluster'", _unknown("cluster", host.cluster, names))
-            hosts.append(host)
-        self.unique(hosts, top["hosts"][1], "host")
-        return Inventory(clusters=clusters, hosts=tuple(hosts), path=self.path)
+    def where(self, at: tuple, kinds: tuple[str, ...] = ()) -> str:
+        """``host 'box' field 'env' key 'TAG'``: the entry, then one word per step (``kinds`` marks keys)."""
+        if not at:
+            return "inventory"
+        words = [str(at[0])]
+        if len(at) > 1:
+            words = [_label(self.nodes.get(at[:2]), at[0].removesuffix("s"), at[1])]
+        for i, step in enumerate(at[2:], 2):
+            kind = kinds[i] if i < len(kinds) else "field"
+            words.append(f"item #{step + 1}" if isinstance(step, int) else f"{kind} {step!r}")
+        return " ".join(words)
 
-    def host(self, node: yaml.Node, i: int) -> Host:
-        label = _label(node, "host", i)
-        entries = self.mapping(node, label, None)
-        if "type" not in entries:
-            raise self.error(node, label, f"missing field 'type' (one of {', '.join(HOST_TYPES)})")
-        kind_node = entries["type"][1]
-        kind = kind_node.value if isinstance(kind_node, yaml.ScalarNode) else None
-        if kind not in HOST_TYPES:
-            raise self.error(kind_node, f"{label} field 'type'", _unknown("host type", kind, list(HOST_TYPES), "types"))
-        return self.record(HOST_TYPES[kind], node, label, skip={"type"})
+    def data(self, node: yaml.Node, at: tuple) -> Any:
+        self.nodes[at] = node
+        if id(node) in self.open:
+            raise self.error(at, "an alias that contains itself")
+        self.open.add(id(node))
+        try:
+            if isinstance(node, yaml.SequenceNode):
+                return [self.data(item, (*at, i)) for i, item in enumerate(node.value)]
+            if isinstance(node, yaml.MappingNode):
+                return self.mapping(node, at)
+            return self.loader.construct_object(node, deep=True)
+        finally:
+            self.open.discard(id(node))
 
-    def unique(self, items, node: yaml.Node, kind: str) -> None:
-        seen = set()
-        for item, child in zip(items, node.value):
-            if item.name in seen:
-                raise self.error(child, f"{kind} {item.name!r}", f"duplicate {kind} name")
-            seen.add(item.name)
-
-    def items(self, node: yaml.Node, where: str) -> list[yaml.Node]:
-        if not isinstance(node, yaml.SequenceNode):
-            raise self.error(node, where, f"expected a list, got {_kind(node)}")
-        return node.value
-
-    def mapping(self, node: yaml.Node, where: str, known: set[str] | None) -> dict[str, tuple[yaml.Node, yaml.Node]]:
-        if not isinstance(node, yaml.MappingNode):
-            raise self.error(node, where, f"expected a mapping, got {_kind(node)}")
-        self.loader.flatten_mapping(node)  # YAML merge keys (`<<: *defaults`)
-        out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+    def mapping(self, node: yaml.MappingNode, at: tuple) -> dict[str, Any]:
+        own = [k for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"]
+        seen: set[str] = set()
+        for key_node in own:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise self.error(at, "keys must be plain names", node=key_node)
+            if key_node.value in seen:
+                raise self.error((*at, key_node.value), "given twice", node=key_node)
+            seen.add(key_node.value)
+        self.loader.flatten_mapping(node)  # YAML merge keys (`<<: *defaults`), which the node's own keys override
+        out = {}
         for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-            if not isinstance(key, str):
-                raise self.error(key_node, where, "keys must be plain names")
-            if known is not None and key not in known:
-                raise self.error(key_node, f"{where} field {key!r}",
-                                 _unknown("field", key, sorted(known), "", quote=False))
-            if key in out:
-                raise self.error(key_node, f"{where} field {key!r}", "given twice")
-            out[key] = (key_node, value_node)
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise self.error(at, "keys must be plain names", node=key_node)
+            self.keys[(*at, key_node.value)] = key_node
+            out[key_node.value] = self.data(value_node, (*at, key_node.value))
         return out
 
-    def record(self, cls: type, node: yaml.Node, label: str, skip: frozenset[str] | set[str] = frozenset()):
-        """An instance of the dataclass ``cls`` from a mapping node, every field checked."""
-        fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-        hints = typing.get_type_hints(cls)
-        entries = self.mapping(node, label, set(fields) | set(skip))
-        required = [n for n, f in fields.items() if f.default is f.default_factory is dataclasses.MISSING]
-        missing = [n for n in required if n not in entries]
-        if missing:
-            s = "s" if len(missing) > 1 else ""
-            raise self.error(node, label, f"missing field{s} {', '.join(repr(m) for m in missing)}")
-        values = {}
-        for key, (_, value_node) in entries.items():
-            if key in skip:
-                continue
-            where = f"{label} field {key!r}"
-            value = self.value(hints[key], value_node, where)
-            for check in fields[key].metadata.get("check", ()):
-                problem = check(key, value)
-                if problem:
-                    raise self.error(value_node, where, problem)
-            values[key] = value
-        return cls(**values)
 
-    def value(self, hint: Any, node: yaml.Node, where: str) -> Any:
-        """``node`` as ``hint``: str, int, float, bool, Optional, tuple[str, ...], dict[str, str] or a dataclass."""
-        origin, args = typing.get_origin(hint), typing.get_args(hint)
-        if origin in (typing.Union, types.UnionType) and type(None) in args:
-            if _is_null(node):
-                return None
-            (hint,) = [a for a in args if a is not type(None)]
-            origin, args = typing.get_origin(hint), typing.get_args(hint)
+def _validate(doc: _Document, data: dict) -> None:
+    """Check ``data`` against schemas/inventory.json; raise the first error in the file, naming its line."""
+    validator = jsonschema.Draft202012Validator(_schema())
+    while True:
+        errors = list(validator.iter_errors(data))
+        # a string field holding a number or date (`version: 2.0`, `time: 12:00:00`) means the text as written
+        texts = [e for e in errors if _wants_text(doc, e)]
+        if not texts:
+            break
+        for e in texts:
+            *parent, last = e.absolute_path
+            _at(data, parent)[last] = doc.nodes[tuple(e.absolute_path)].value
+    typos = {tuple(e.absolute_path) for e in errors if e.validator == "additionalProperties"}
+    # an unknown field probably is the missing one misspelt: report the typo
+    errors = [e for e in errors if not (e.validator == "required" and tuple(e.absolute_path) in typos)]
+    if errors:
+        first = min(errors, key=lambda e: _position(doc, e))
+        raise _error(doc, first, [e for e in errors if e.absolute_path == first.absolute_path])
+
+
+def _wants_text(doc: _Document, e: jsonschema.ValidationError) -> bool:
+    types = e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]
+    node = doc.nodes.get(tuple(e.absolute_path))
+    return (e.validator == "type" and "string" in types and isinstance(node, yaml.ScalarNode)
+            and not _is_null(node) and not isinstance(e.instance, (bool, str)))
+
+
+def _at(data: Any, path) -> Any:
+    for step in path:
+        data = data[step]
+    return data
+
+
+def _position(doc: _Document, e: jsonschema.ValidationError) -> tuple[int, int]:
+    """Where the error ``e`` will point: an unknown field's key, else the value at its path."""
+    at = tuple(e.absolute_path)
+    node = doc.keys[(*at, _unknown_key(e))] if e.validator == "additionalProperties" else doc.nodes[at]
+    return node.start_mark.line, node.start_mark.column
+
+
+def _error(doc: _Document, e: jsonschema.ValidationError, same: list) -> InventoryError:
+    """The schema error ``e`` as ``file:line: where: problem``; ``same`` are the errors at its path."""
+    at, value = tuple(e.absolute_path), e.instance
+    where = doc.where(at, _step_kinds(e.schema_path, len(at)))
+    if e.validator == "additionalProperties":
+        unknown = _unknown_key(e)
+        problem = _unknown("field", unknown, list(e.schema["properties"]), quote=False)
+        return doc.error((*at, unknown), problem, node=doc.keys[(*at, unknown)], where=f"{where} field {unknown!r}")
+    if e.validator == "required":
+        missing = [m for r in same if r.validator == "required" for m in r.validator_value if m not in r.instance]
+        missing = list(dict.fromkeys(missing))
+        problem = f"missing field{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}"
+    elif e.validator == "type":
+        types = e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]
+        node = doc.nodes[at]
+        quote = " (quote it)" if "string" in types and isinstance(node, yaml.ScalarNode) and not _is_null(node) else ""
+        problem = f"expected {_TYPE_NAMES[next(t for t in types if t != 'null')]}, got {_kind(node)}{quote}"
+    elif e.validator == "enum":
+        problem = _unknown(e.schema["description"], value, e.validator_value, plural="types")
+    elif "description" in e.schema:  # a bound or pattern: the subschema's description says what is wanted
+        shown = f"{value:g}" if isinstance(value, (int, float)) else repr(value)
+        problem = f"must be {e.schema['description']}, got {shown}"
+    else:
+        problem = e.message
+    return doc.error(at, problem, where=where)
+
+
+def _unknown_key(e: jsonschema.ValidationError) -> str:
+    """The first key (in file order) that an ``additionalProperties: false`` error refuses."""
+    return next(k for k in e.instance if k not in e.schema["properties"]
+                and not any(re.search(p, k) for p in e.schema.get("patternProperties", {})))
+
+
+def _step_kinds(schema_path, depth: int) -> tuple[str, ...]:
+    """For each step of an error's value path, ``key`` where the schema reached it as a free mapping's key."""
+    kinds, tokens = [], list(schema_path)
+    while tokens and len(kinds) < depth:
+        token = tokens.pop(0)
+        if token in ("properties", "patternProperties"):
+            tokens.pop(0)
+            kinds.append("field" if token == "properties" else "key")
+        elif token in ("items", "additionalProperties"):
+            kinds.append("item" if token == "items" else "key")
+    return tuple(kinds)
+
+
+def _inventory(doc: _Document, data: dict) -> Inventory:
+    """The checked ``data`` as dataclasses, after the checks a schema cannot say: unique names, known clusters."""
+    clusters = tuple(_record(Cluster, c) for c in data["clusters"])
+    _unique(doc, clusters, "clusters")
+    names = [c.name for c in clusters]
+    hosts = []
+    for i, entry in enumerate(data["hosts"]):
+        if entry["cluster"] not in names:
+            raise doc.error(("hosts", i, "cluster"), _unknown("cluster", entry["cluster"], names))
+        if entry["type"] == "tpu":
+            try:
+                _tpu_shape(entry["accelerator_type"])
+            except ValueError as e:
+                raise doc.error(("hosts", i, "accelerator_type"), str(e)) from None
+        hosts.append(_record(HOST_TYPES[entry["type"]], {k: v for k, v in entry.items() if k != "type"}))
+    _unique(doc, hosts, "hosts")
+    return Inventory(clusters=clusters, hosts=tuple(hosts), path=doc.path)
+
+
+def _unique(doc: _Document, items, key: str) -> None:
+    seen = set()
+    for i, item in enumerate(items):
+        if item.name in seen:
+            kind = key.removesuffix("s")
+            raise doc.error((key, i), f"duplicate {kind} name")
+        seen.add(item.name)
+
+
+def _record(cls: type, data: dict) -> Any:
+    """An instance of the dataclass ``cls`` from checked ``data``: lists become tuples, numbers the field's type."""
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for key, value in data.items():
+        hint = hints[key]
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):
+            hint = next(a for a in typing.get_args(hint) if a is not type(None))
         if dataclasses.is_dataclass(hint):
-            return self.record(hint, node, where)
-        if origin is tuple:
-            return tuple(self.value(str, item, f"{where} item #{i + 1}")
-                         for i, item in enumerate(self.items(node, where)))
-        if origin is dict:
-            entries = self.mapping(node, where, None)
-            out = {}
-            for key, (_, item) in entries.items():
-                if not isinstance(item, yaml.ScalarNode) or _is_null(item) or isinstance(self.scalar(item), bool):
-                    raise self.error(item, f"{where} key {key!r}",
-                                     f"expected a string value, got {_kind(item)} (quote it)")
-                out[key] = item.value
-            return out
-        if not isinstance(node, yaml.ScalarNode) or _is_null(node):
-            raise self.error(node, where, f"expected {_NAMES[hint]}, got {_kind(node)}")
-        if hint is str:
-            return node.value  # the text as written: `version: 2.0` or `time: 12:00:00` stay strings
-        value = self.scalar(node)
-        ok = {int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-              float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-              bool: lambda v: isinstance(v, bool)}[hint]
-        if not ok(value):
-            raise self.error(node, where, f"expected {_NAMES[hint]}, got {node.value!r}")
-        return float(value) if hint is float else value
-
-    def scalar(self, node: yaml.ScalarNode) -> Any:
-        return self.loader.construct_object(node, deep=True)
+            value = _record(hint, value)
+        elif typing.get_origin(hint) is tuple:
+            value = tuple(value)
+        elif hint in (int, float) and value is not None:
+            value = hint(value)
+        values[key] = value
+    return cls(**values)
 
 
-_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+@functools.cache
+def _schema() -> dict[str, Any]:
+    return json.loads(resources.files("theseus.dispatch").joinpath("schemas/inventory.json").read_text())
+
+
+_TYPE_NAMES = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "true or false",
+               "array": "a list", "object": "a mapping"}
 
 
 def _is_null(node: yaml.Node) -> bool:
@@ -530,7 +564,7 @@ def _kind(node: yaml.Node) -> str:
     return "nothing" if _is_null(node) else repr(node.value)
 
 
-def _label(node: yaml.Node, kind: str, i: int) -> str:
+def _label(node: yaml.Node | None, kind: str, i: int) -> str:
     """``host 'gpu-box'`` when the entry has a name, else ``host #2``."""
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
