@@ -73,7 +73,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib
 import json
 import os
 import re
@@ -86,6 +85,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from theseus import config as configs
 from theseus.experiments import import_hint, job_source
+from theseus.registry import Registry, import_registering
 from theseus.store import Store, nonces
 from theseus.store import fs as rootfs
 from theseus.store.claim import claim
@@ -100,7 +100,6 @@ __all__ = ["EXIT_PREEMPTED", "JOB_MODULES", "Job", "Preempted", "UnknownJobError
 #: A module that does not exist yet is skipped; add yours here or import it before use.
 JOB_MODULES: list[str] = ["theseus.data.jobs", "theseus.train.jobs", "theseus.replay.evaluate", "theseus.hf.jobs"]
 
-_REGISTRY: dict[str, type[Job]] = {}  # the only global mutable state of the job system
 _LOADED: set[str] = set()
 _DRAWS = 8  # nonces a job draws for a new lineage before a clash is an error (clashes are rare: one in a row is chance)
 _KEY = re.compile(r"^[a-z0-9][a-z0-9_\-]*(/[a-z0-9][a-z0-9_\-]*)*$")
@@ -164,39 +163,11 @@ def job(key: str, description: str | None = None):
     if not isinstance(key, str) or not _KEY.match(key):
         raise ValueError(f"invalid job key {key!r}: use lowercase words separated by '/', e.g. 'data/tokenize/fineweb'")
 
-    def register(cls: type) -> type:
-        if not (isinstance(cls, type) and issubclass(cls, Job)):
-            raise TypeError(f"@job({key!r}) decorates a subclass of theseus.jobs.Job, got {cls!r}")
+    def check(cls: type) -> None:
         if not (isinstance(cls.Config, type) and dataclasses.is_dataclass(cls.Config)):
             raise TypeError(f"job {key!r}: {cls.__name__}.Config must be a dataclass of typed defaults")
-        prior = _REGISTRY.get(key)
-        if prior is not None and (prior.__module__, prior.__qualname__) != (cls.__module__, cls.__qualname__):
-            raise ValueError(f"job key {key!r} is already registered by {prior.__module__}.{prior.__qualname__}")
-        doc = (cls.__doc__ or "").strip().splitlines()
-        cls.key = key
-        cls.description = (description or (doc[0].strip() if doc else "")).strip()
-        _REGISTRY[key] = cls
-        return cls
 
-    return register
-
-
-def import_registering(modules: Iterable[str], loaded: set[str]) -> None:
-    """Import each module of ``modules`` not in ``loaded`` (then add it): modules that register things when
-    imported. A module that does not exist is skipped; one whose own imports fail raises.
-
-    >>> done = set(); import_registering(["theseus.data.jobs", "theseus.no_such_module"], done); sorted(done)
-    ['theseus.data.jobs', 'theseus.no_such_module']
-    """
-    for name in list(modules):
-        if name in loaded:
-            continue
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
-                raise  # the module exists but one of its imports is missing: a real error
-        loaded.add(name)
+    return _JOBS.register(key, description, check, key=key)
 
 
 def load_job_modules(modules: Iterable[str] | None = None) -> None:
@@ -220,7 +191,7 @@ def registry(prefix: str = "", load: bool = True) -> dict[str, type[Job]]:
     """
     if load:
         load_job_modules()
-    return {k: _REGISTRY[k] for k in sorted(_REGISTRY) if k.startswith(prefix)}
+    return _JOBS.sorted(prefix)
 
 
 def get_job(key: str, source: str | None = None) -> type[Job]:
@@ -261,8 +232,7 @@ def key_of(cls: type) -> str:
     """  # noqa: E501 - a doctest's expected output, printed on one line
     if not (isinstance(cls, type) and issubclass(cls, Job)):
         raise TypeError(f"expected a job key (str) or a registered subclass of theseus.jobs.Job, got {cls!r}")
-    registered = _REGISTRY.get(cls.__dict__.get("key", ""))
-    if registered is None or (registered.__module__, registered.__qualname__) != (cls.__module__, cls.__qualname__):
+    if not _JOBS.holds(cls.__dict__.get("key", ""), cls):
         base = f" (its base class is registered as {cls.key!r})" if cls.key and "key" not in cls.__dict__ else ""
         raise ValueError(f"job class {cls.__qualname__} is not registered: decorate it with @job('some/key'){base}")
     return cls.key
@@ -280,7 +250,7 @@ def missing_job(key: str | None, source: str | None) -> str | None:
     >>> missing_job("gpt/train/pretrain", "theseus.train.jobs:Pretrain") is None
     True
     """  # noqa: E501 - a doctest's expected output, printed on one line
-    if not key or not source or key in _REGISTRY or source.rpartition(":")[0] in JOB_MODULES:
+    if not key or not source or key in _JOBS or source.rpartition(":")[0] in JOB_MODULES:
         return None
     return _not_registered(key, source)
 
@@ -591,3 +561,7 @@ class Job:
     def __repr__(self) -> str:
         n = self.node
         return f"<{type(self).__module__}.{type(self).__name__} {self.key} {n.name}:{n.nonce}:{n.seq} node={n.id}>"
+
+
+_JOBS = Registry("job key", Job, "@job")  # the only global mutable state of the job system, filled by @job
+_REGISTRY: dict[str, type[Job]] = _JOBS.classes  # the registered jobs by key (tests save and restore it)

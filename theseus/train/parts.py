@@ -30,7 +30,7 @@ import typing
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from theseus.jobs import import_registering
+from theseus.registry import Registry, import_registering
 
 __all__ = ["KINDS", "PART_MODULES", "Part", "dataclass_fields", "get_part", "load_part_modules", "part", "parts",
            "section_fields"]
@@ -46,7 +46,6 @@ PART_MODULES: list[str] = ["theseus.train.models", "theseus.train.optimizers", "
                            "theseus.train.evals.exact_match", "theseus.train.evals.text", "theseus.train.evals.choice",
                            "theseus.train.evals.public"]
 
-_PARTS: dict[str, dict[str, type[Part]]] = {kind: {} for kind in KINDS}  # the registry, filled by @part
 _LOADED: set[str] = set()
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
 
@@ -68,6 +67,10 @@ class Part:
     Config: ClassVar[type | None] = None
 
 
+#: The registries of parts, one per kind, filled by @part.
+_REGISTRIES: dict[str, Registry] = {kind: Registry(f"{kind} part", Part, "@part") for kind in KINDS}
+
+
 def part(kind: str, name: str, description: str | None = None):
     """Class decorator: register a ``Part`` subclass as ``name`` among the parts of ``kind``.
 
@@ -85,29 +88,19 @@ def part(kind: str, name: str, description: str | None = None):
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"invalid part name {name!r}: use lowercase letters, digits, '-' and '_'")
 
-    def register(cls: type) -> type:
-        if not (isinstance(cls, type) and issubclass(cls, Part)):
-            raise TypeError(f"@part({kind!r}, {name!r}) decorates a subclass of theseus.train.parts.Part, got {cls!r}")
+    def check(cls: type) -> None:
         if cls.Config is not None and not (isinstance(cls.Config, type) and dataclasses.is_dataclass(cls.Config)):
             raise TypeError(f"part {kind}/{name}: {cls.__name__}.Config must be a dataclass of typed defaults or None")
         if cls.Config is not None and not cls.section:
             raise TypeError(f"part {kind}/{name}: {cls.__name__} has a Config but no section to put it in")
-        prior = _PARTS[kind].get(name)
-        if prior is not None and (prior.__module__, prior.__qualname__) != (cls.__module__, cls.__qualname__):
-            raise ValueError(f"{kind} part {name!r} is already registered by {prior.__module__}.{prior.__qualname__}")
-        doc = (cls.__doc__ or "").strip().splitlines()
-        cls.kind, cls.name = kind, name
-        cls.description = (description or (doc[0].strip() if doc else "")).strip()
-        _PARTS[kind][name] = cls
-        return cls
 
-    return register
+    return _REGISTRIES[kind].register(name, description, check, call=f"{kind!r}, {name!r}", kind=kind, name=name)
 
 
 def load_part_modules(modules: Iterable[str] | None = None) -> None:
     """Import the modules that register parts (``PART_MODULES`` by default); missing ones are skipped.
 
-    >>> load_part_modules(); "adamw" in _PARTS["optimizer"]
+    >>> load_part_modules(); "adamw" in _REGISTRIES["optimizer"]
     True
     """
     import_registering(PART_MODULES if modules is None else modules, _LOADED)
@@ -128,8 +121,8 @@ def parts(kind: str | None = None, load: bool = True) -> dict[str, Any]:
     if kind is not None:
         if kind not in KINDS:
             raise ValueError(f"unknown part kind {kind!r}; the kinds are {', '.join(KINDS)}")
-        return dict(sorted(_PARTS[kind].items()))
-    return {k: dict(sorted(_PARTS[k].items())) for k in KINDS}
+        return _REGISTRIES[kind].sorted()
+    return {k: _REGISTRIES[k].sorted() for k in KINDS}
 
 
 def get_part(kind: str, name: str) -> type[Part]:
