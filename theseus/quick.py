@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from loguru import logger
 from omegaconf import DictConfig
@@ -32,12 +33,71 @@ from theseus.dispatch.spec import LaunchSpec
 from theseus.experiments import shipped
 from theseus.jobs import Job, get_job, key_of
 from theseus.store import EmptyResult, Store, schema, trust
+from theseus.store.cursor import Cursor
 from theseus.store.node import Node, decode_id, normalize_name
 
-__all__ = ["QuickJob", "build_spec", "init", "quick", "spec_from_quick"]
+__all__ = ["QuickJob", "QuickSession", "Restored", "SessionCursor", "build_spec", "init", "quick", "spec_from_quick"]
 
 
-class QuickJob:
+@dataclass(frozen=True)
+class Restored:
+    """What ``q.find()...resume()`` / ``branch()`` restored: the job ``key`` of run ``name``, its recorded
+    ``config_yaml``, the ``node`` it restores from, whether it ``branch``es, whether it ``verify``s the checkpoint.
+
+    >>> from theseus.store.node import Node
+    >>> Restored("data/tokenize/pydoc", "general.default.t", "", Node.start("t"), False, True).branch
+    False
+    """
+
+    key: str
+    name: str
+    config_yaml: str
+    node: Node
+    branch: bool
+    verify: bool
+
+
+@dataclass(frozen=True)
+class SessionCursor(Cursor):
+    """The store's cursor in a quick session (``q.find()``): the same queries, and ``resume()`` / ``branch()``
+    restore the result's last node as the session's pending job.
+
+    >>> import tempfile
+    >>> with quick(tempfile.mkdtemp()) as q:
+    ...     type(q.find().job("data/tokenize/pydoc").latest()).__name__   # every query keeps the session
+    'SessionCursor'
+    """
+
+    session: QuickSession | None = field(default=None, compare=False)
+
+    def resume(self, verify: bool = True) -> QuickSession:
+        """Restore the last node of the result as the session's job to run (``QuickSession.resume_from``).
+
+        ``verify=False`` skips checking the checkpoint's files against its MANIFEST.
+
+        >>> import tempfile
+        >>> with quick(tempfile.mkdtemp()) as q:
+        ...     _ = q.build("data/tokenize/pydoc", "tok"); q.config.data.max_samples = 3; _ = q()
+        ...     q.find().job("data/tokenize/pydoc").resume() is q
+        True
+        """
+        return self.session.resume_from(self, verify=verify)
+
+    def branch(self, verify: bool = True) -> QuickSession:
+        """Start a new lineage from the last node of the result (``QuickSession.branch_from``).
+
+        ``verify=False`` skips checking the checkpoint's files against its MANIFEST.
+
+        >>> import tempfile
+        >>> with quick(tempfile.mkdtemp()) as q:
+        ...     _ = q.build("data/tokenize/pydoc", "tok"); q.config.data.max_samples = 3; _ = q()
+        ...     q.find().job("data/tokenize/pydoc").branch().branched
+        True
+        """
+        return self.session.branch_from(self, verify=verify)
+
+
+class QuickSession:
     """A quick session on one root: ``find()`` runs, ``build()`` a job, edit ``config``, ``create()`` it.
 
     ``build(job_key, run_name)`` sets the pending job (with the job's default
@@ -63,7 +123,7 @@ class QuickJob:
         self._config: DictConfig | None = None
         self.base: Node | None = None  # the node a resumed/branched job restores from
         self.branched = False
-        self._restored: tuple[str, str, str, Node, bool, bool] | None = None  # set by resume()/branch()
+        self._restored: Restored | None = None  # set by resume()/branch()
         self.verify = True  # check a restored checkpoint against its MANIFEST (resume(verify=False) skips it)
         self._closed = False
 
@@ -78,11 +138,11 @@ class QuickJob:
         []
         """
         self._check_open()
-        return dataclasses.replace(self.store.find(), context=self)
+        return SessionCursor(**vars(self.store.find()), session=self)
 
     # -- building -------------------------------------------------------------
 
-    def build(self, job_key: str | type[Job] | None = None, run_name: str | None = None) -> QuickJob:
+    def build(self, job_key: str | type[Job] | None = None, run_name: str | None = None) -> QuickSession:
         """Make ``job_key`` (a registry key, or a registered ``Job`` subclass) the pending job of run
         ``run_name``, with default config.
 
@@ -108,7 +168,7 @@ class QuickJob:
             if self._restored is None:
                 raise ValueError("nothing to rebuild: call q.find()...resume() (or branch()) first, "
                                  "or q.build(job_key, run_name) for a new job")
-            key, name, config_yaml, base, branch, verify = self._restored
+            key, name, config_yaml, base, branch, verify = dataclasses.astuple(self._restored)
             if self._config is not None and (self.job_key, self.run_name, self.base, self.branched, self.verify) == (
                     key, name, base, branch, verify):
                 return self  # already the restored job: keep the edits made to q.config since resume()
@@ -128,7 +188,7 @@ class QuickJob:
         self.base, self.branched, self.verify = None, False, True
         return self
 
-    def resume_from(self, cursor, verify: bool = True) -> QuickJob:
+    def resume_from(self, cursor, verify: bool = True) -> QuickSession:
         """Hook of ``q.find()...resume()``: make the job of the cursor's last node pending, restored from it.
 
         The run continues that node's lineage (seq + 1); when the lineage already
@@ -148,7 +208,7 @@ class QuickJob:
         """
         return self._restore(cursor.last(), branch=False, verify=verify)
 
-    def branch_from(self, cursor, verify: bool = True) -> QuickJob:
+    def branch_from(self, cursor, verify: bool = True) -> QuickSession:
         """Hook of ``q.find()...branch()``: like ``resume_from``, but a new lineage
         (fresh nonce, seq 0, parent = the node).
 
@@ -163,7 +223,7 @@ class QuickJob:
         """
         return self._restore(cursor.last(), branch=True, verify=verify)
 
-    def _restore(self, node: Node, branch: bool = False, verify: bool = True) -> QuickJob:
+    def _restore(self, node: Node, branch: bool = False, verify: bool = True) -> QuickSession:
         self._check_open()
         if not isinstance(verify, bool):
             raise TypeError(f"verify must be True or False, got {verify!r}")
@@ -180,7 +240,7 @@ class QuickJob:
             logger.info(f"RESUME | {node.id} is not the tip of {node.name}:{node.nonce}; "
                         "continuing as a branch (fresh nonce, parent = that node)")
             branch = True
-        self._restored = (key, node.name, config_yaml or "", node, branch, verify)
+        self._restored = Restored(key, node.name, config_yaml or "", node, branch, verify)
         self._config = None  # a new restore starts from the run's saved config
         return self.build()
 
@@ -216,7 +276,7 @@ class QuickJob:
         return cls.create(self.store, self.run_name, self.config, base=self.base, branch=self.branched,
                           verify=self.verify)
 
-    def shard(self, tp: int | None = None, fsdp: bool | None = None, zero: bool | None = None) -> QuickJob:
+    def shard(self, tp: int | None = None, fsdp: bool | None = None, zero: bool | None = None) -> QuickSession:
         """Choose the layout of the pending training job: tensor-parallel degree, FSDP, ZeRO-1.
 
         >>> import tempfile
@@ -296,19 +356,23 @@ class QuickJob:
         if self._closed:
             raise RuntimeError("this quick session is closed")
 
-    def __enter__(self) -> QuickJob:
+    def __enter__(self) -> QuickSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
+        # printed under the session's first name, QuickJob, as the seeds' snippets show it
         pending = f"{self.job_key} run={self.run_name!r}" if self.job_key else "no job built"
         return f"<theseus.quick.QuickJob object at {id(self):#x}: {pending} root={self.root!r}>"
 
 
+#: The session's first name, kept for code and snippets that use it: a session is not a job.
+QuickJob = QuickSession
 
-def init(root: str | os.PathLike) -> QuickJob:
+
+def init(root: str | os.PathLike) -> QuickSession:
     """Open a quick session on ``root`` (a folder or gs:// URL); ``close()`` it when done.
 
     >>> import tempfile
@@ -317,21 +381,21 @@ def init(root: str | os.PathLike) -> QuickJob:
     -1
     >>> q.close()
     """
-    return QuickJob(root)
+    return QuickSession(root)
 
 
-def quick(root: str | os.PathLike) -> QuickJob:
+def quick(root: str | os.PathLike) -> QuickSession:
     """A quick session on ``root`` as a context manager (closed on exit).
 
     >>> import tempfile
     >>> with quick(tempfile.mkdtemp()) as q:
-    ...     print(type(q).__name__)
-    QuickJob
+    ...     print(type(q).__name__, QuickJob is QuickSession)
+    QuickSession True
     """
-    return QuickJob(root)
+    return QuickSession(root)
 
 
-def spec_from_quick(q: QuickJob, *, revision: str = "", groups: tuple[str, ...] = (),
+def spec_from_quick(q: QuickSession, *, revision: str = "", groups: tuple[str, ...] = (),
                     env: Mapping[str, str] | None = None) -> LaunchSpec:
     """The spec of a quick session's pending job (after ``q.build(...)`` or ``q.find()...resume()``).
 
@@ -378,7 +442,7 @@ def build_spec(root: str, job_key: str, run_name: str, overrides: Iterable[str] 
     ...
     theseus.jobs.UnknownJobError: unknown job 'data/tokenize/pydok'; did you mean data/tokenize/pydoc? ...
     """
-    with QuickJob(root) as q:
+    with QuickSession(root) as q:
         if base_node is None:
             q.build(job_key, run_name)
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -62,7 +62,6 @@ class Cursor:
     by_seq: bool = False  # latest(): the default order is seq, name, nonce
     only_newest: bool = False  # newest(): only the most recently written node
     limit_n: int | None = None
-    context: Any = field(default=None, compare=False)
 
     # -- identity filters ---------------------------------------------------
 
@@ -313,22 +312,28 @@ class Cursor:
         return self.frame().collect().to_pandas()
 
     def resume(self, verify: bool = True):
-        """Restore the last node of the result as the job to run (needs a quick session).
+        """A store's cursor restores nothing: a session's cursor (``quick(root).find()``) resumes a run.
 
-        ``verify=False`` skips checking the checkpoint's files against its MANIFEST.
+        >>> from theseus.store.store import _doc_store
+        >>> store, _ = _doc_store()
+        >>> store.find().resume()
+        Traceback (most recent call last):
+        ...
+        RuntimeError: resume() needs a quick session: use quick(root).find()...resume()
         """
-        if self.context is None:
-            raise RuntimeError("resume() needs a quick session: use quick(root).find()...resume()")
-        return self.context.resume_from(self, verify=verify)
+        raise RuntimeError("resume() needs a quick session: use quick(root).find()...resume()")
 
     def branch(self, verify: bool = True):
-        """Start a new lineage from the last node of the result (needs a quick session).
+        """A store's cursor branches nothing either (see ``resume``): a session's cursor does.
 
-        ``verify=False`` skips checking the checkpoint's files against its MANIFEST.
+        >>> from theseus.store.store import _doc_store
+        >>> try:
+        ...     _doc_store()[0].find().branch()
+        ... except RuntimeError as e:
+        ...     print(e)
+        branch() needs a quick session: use quick(root).find()...branch()
         """
-        if self.context is None:
-            raise RuntimeError("branch() needs a quick session: use quick(root).find()...branch()")
-        return self.context.branch_from(self, verify=verify)
+        raise RuntimeError("branch() needs a quick session: use quick(root).find()...branch()")
 
     def _one_run(self) -> None:
         """Refuse a query naming a run by its nonce alone when several runs share that nonce."""
