@@ -38,6 +38,8 @@ import yaml
 from omegaconf import AnyNode, DictConfig, FloatNode, IntegerNode, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from theseus.errors import BadInput
+
 
 def _allow_int_to_float() -> None:
     """int -> float is lossless: ``q.config.data.val_pct = 0`` must not warn (omegaconf >= 2.4 does).
@@ -52,7 +54,7 @@ _allow_int_to_float()
 __all__ = ["ConfigError", "apply_overrides", "from_yaml", "keys", "merge", "structured", "to_dict", "to_yaml"]
 
 
-class ConfigError(ValueError):
+class ConfigError(BadInput):
     """A config key that does not exist or a value of the wrong type; the message names the key's path.
 
     >>> issubclass(ConfigError, ValueError)

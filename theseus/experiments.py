@@ -39,6 +39,8 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
+from theseus.errors import BadInput
+
 __all__ = ["Experiment", "ExperimentError", "import_experiment", "import_hint", "import_shipped", "imported",
            "job_source", "shipped"]
 
@@ -47,7 +49,7 @@ _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 _IMPORTED: dict[str, Experiment] = {}
 
 
-class ExperimentError(ValueError):
+class ExperimentError(BadInput):
     """An experiment that cannot be imported: no such file or module, or its code raised.
 
     >>> try:

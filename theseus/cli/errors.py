@@ -1,4 +1,8 @@
-"""How every ``theseus`` command reports bad input: one red line on stderr and an exit code.
+"""How every ``theseus`` command reports an error: one red line on stderr and an exit code.
+
+Only the errors theseus raises on purpose (:class:`theseus.errors.TheseusError`) and a root the
+OS refuses (``OSError``) are reported so, exit 2. Anything else is a bug, not the caller's
+mistake: :func:`bug` prints its traceback and exits :data:`EXIT_BUG` (70).
 
 >>> import typer
 >>> try:
@@ -11,14 +15,19 @@
 from __future__ import annotations
 
 import functools
-from typing import Callable
+import traceback
+from typing import Callable, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-# Errors that mean "bad input": a clear message and exit code 2, no traceback.
-BAD_INPUT = (KeyError, ValueError, TypeError, FileNotFoundError, FileExistsError, NotImplementedError)
+from theseus.errors import EXIT_BUG, TheseusError
+
+# Errors that mean "bad input": a clear message and exit code 2, no traceback. A builtin
+# KeyError, TypeError or NotImplementedError is not one: raised by no check, it is a bug
+# (EXIT_BUG). A plain ValueError still is, until the checks that raise one raise BadInput.
+BAD_INPUT = (TheseusError, ValueError, FileNotFoundError, FileExistsError)
 # Errors of a root a command cannot use (missing, corrupt, read-only, unreadable): bad input too.
 ROOT_ERRORS = (*BAD_INPUT, OSError)
 
@@ -37,18 +46,42 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def bug(error: BaseException) -> NoReturn:
+    """Report ``error``, which no check raised, as a bug: its traceback on stderr and exit :data:`EXIT_BUG`.
+
+    >>> import contextlib, io
+    >>> with contextlib.redirect_stderr(io.StringIO()) as err:
+    ...     try:
+    ...         raise KeyError("step")
+    ...     except KeyError as e:
+    ...         try:
+    ...             bug(e)
+    ...         except typer.Exit as exit:
+    ...             code = exit.exit_code
+    >>> code, "Traceback" in err.getvalue() and "KeyError: 'step'" in err.getvalue()
+    (70, True)
+    """
+    traceback.print_exception(error)
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        f"[bold red]internal error:[/bold red] {escape(type(error).__name__)} is a bug in theseus, not bad input "
+        f"(exit {EXIT_BUG})")
+    raise typer.Exit(EXIT_BUG)
+
+
 def message(error: Exception) -> str:
     """The ``error:`` line of an exception: bad input says what is wrong by itself, other errors
     (PermissionError, OSError) are named.
 
-    >>> message(ValueError("bad nonce")), message(PermissionError(13, "Permission denied", "/r/log"))
+    >>> from theseus.errors import BadInput
+    >>> message(BadInput("bad nonce")), message(PermissionError(13, "Permission denied", "/r/log"))
     ('bad nonce', "PermissionError: [Errno 13] Permission denied: '/r/log'")
     """
     return str(error) if isinstance(error, BAD_INPUT) else f"{type(error).__name__}: {error}"
 
 
 def reported(command: Callable) -> Callable:
-    """``command`` ending with one ``error:`` line and exit code 2, not a traceback, on :data:`ROOT_ERRORS`.
+    """``command`` ending with one ``error:`` line and exit code 2, not a traceback, on :data:`ROOT_ERRORS`;
+    with a traceback and exit code :data:`EXIT_BUG` on any other error (a bug).
 
     >>> def ls(root: str) -> None:
     ...     raise PermissionError(13, "Permission denied", root + "/log")
@@ -63,8 +96,12 @@ def reported(command: Callable) -> Callable:
     def run(*args, **kwargs):
         try:
             return command(*args, **kwargs)
+        except (typer.Exit, typer.Abort):  # the command's own exit code (fail's)
+            raise
         except ROOT_ERRORS as e:
             fail(message(e), 2)
+        except Exception as e:  # noqa: BLE001 - not raised by a check: a bug, reported as one
+            bug(e)
 
     return run
 

@@ -32,6 +32,9 @@ import typer
 import typer.main
 from typer._click.exceptions import UsageError  # click's, which typer vendors and does not re-export
 from typer.core import TyperCommand, TyperGroup
+from typer.exceptions import TyperException
+
+from theseus.cli.errors import bug
 
 
 class Lazy(NamedTuple):
@@ -117,6 +120,16 @@ class LazyGroup(TyperGroup):
             for name, command in load(COMMANDS[cmd_name].module).items():
                 self.commands.setdefault(name, command)
         return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: Any) -> Any:
+        """Run the command; an error that reached here unreported (no check raised it) is a bug:
+        its traceback and exit code 70, never the "bad input" exit 2."""
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, TyperException):  # the command's own exit code, a usage error
+            raise
+        except Exception as e:  # noqa: BLE001 - not raised by a check: a bug, reported as one
+            bug(e)
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         """The command ``args`` names; an unknown one's error suggests close names among all of them."""

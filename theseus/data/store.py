@@ -29,6 +29,7 @@ import uuid
 
 import numpy as np
 
+from theseus.errors import NotFound
 from theseus.store import fs as rootfs
 from theseus.store.layout import DATA
 
@@ -43,7 +44,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]*$")
 _BLOCK = 16 << 20
 
 
-class DatasetNotFound(FileNotFoundError):
+class DatasetNotFound(NotFound, FileNotFoundError):
     """A tokenized dataset that is not (or not completely) under ``<root>/data``."""
 
 

@@ -67,7 +67,7 @@ from collections.abc import Mapping, Sequence
 from loguru import logger
 
 from theseus import config as configs
-from theseus import logs
+from theseus import errors, logs
 from theseus.dispatch.spec import LaunchSpec
 from theseus.experiments import import_shipped, job_source
 from theseus.jobs import EXIT_PREEMPTED, Preempted, get_job
@@ -83,7 +83,7 @@ ENDINGS = (EXIT_OK, EXIT_FAILED, EXIT_PREEMPTED)  # the worker's codes the super
 TAIL_LINES = 60
 
 
-class BadInput(ValueError):
+class BadInput(errors.BadInput):
     """Input refused before anything is written to the root (exit code 2)."""
 
 

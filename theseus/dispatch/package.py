@@ -30,10 +30,12 @@ import os
 import subprocess
 import tarfile
 
+from theseus.errors import Refused
+
 __all__ = ["DirtyTreeError", "package_code"]
 
 
-class DirtyTreeError(ValueError):
+class DirtyTreeError(Refused, ValueError):
     """The repository has uncommitted changes to tracked files (and ``allow_dirty`` is off)."""
 
 

@@ -21,17 +21,19 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from theseus.errors import TheseusError
+
 __all__ = ["FREE_PORT", "HostUnreachable", "LaunchFailed", "Launched", "Ssh", "absolute", "require_host", "ship",
            "ship_files"]
 
 FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 
 
-class HostUnreachable(ConnectionError):
+class HostUnreachable(TheseusError, ConnectionError):
     """The host did not answer ``ssh HOST true``: nothing was shipped or started."""
 
 
-class LaunchFailed(RuntimeError):
+class LaunchFailed(TheseusError, RuntimeError):
     """A launched process exited with an error, or the launch ran past its deadline.
 
     ``returncodes`` lists each process's exit status (None: stopped at the deadline),

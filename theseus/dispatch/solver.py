@@ -32,6 +32,7 @@ import difflib
 from dataclasses import dataclass
 
 from theseus.dispatch.inventory import Cluster, Host, Inventory, SlurmHost, SshHost, TpuHost, VolcanoHost
+from theseus.errors import BadInput
 
 __all__ = ["NoFit", "Placement", "Request", "reject_reason", "solve"]
 
@@ -96,7 +97,7 @@ class Placement:
         return self.processes * self.chips_per_process
 
 
-class NoFit(ValueError):
+class NoFit(BadInput):
     """No host satisfies the request; ``reasons`` maps each host name to why it was rejected.
 
     >>> from theseus.dispatch.inventory import parse_inventory

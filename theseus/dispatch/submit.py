@@ -56,7 +56,7 @@ from theseus.store import Store
 __all__ = ["NotRunHere", "Submission", "default_repo", "plan_text", "request_for", "submit"]
 
 
-class NotRunHere(ValueError):
+class NotRunHere(BadInput):
     """A Volcano or TPU host without ``dry_run``: those launches are generated and checked, not run."""
 
 

@@ -52,6 +52,7 @@ from theseus.dispatch.inventory import VolcanoHost
 from theseus.dispatch.solver import Placement
 from theseus.dispatch.spec import LaunchSpec
 from theseus.dispatch.stage import COORDINATOR_PORT, job_name, launch_script
+from theseus.errors import BadInput
 
 __all__ = ["POD_WORK_DIR", "ManifestError", "manifest_yaml", "validate_manifest", "volcano_manifest"]
 
@@ -60,7 +61,7 @@ TASK = "worker"
 VOLUME = "theseus"
 
 
-class ManifestError(ValueError):
+class ManifestError(BadInput):
     """A manifest that does not match the Volcano Job schema; the message names every offending field.
 
     >>> issubclass(ManifestError, ValueError)

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from theseus.errors import BadInput
 from theseus.model.decoder_config import FAMILIES, DecoderConfig
 
 __all__ = ["ARCHITECTURES", "TensorMap", "UnsupportedModel", "config_from_hf", "config_to_hf", "dump_params",
@@ -50,7 +51,7 @@ _ACT_TO_HF = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
 _BUFFERS = re.compile(r".*(rotary_emb\.inv_freq|attention\.(masked_)?bias)$")
 
 
-class UnsupportedModel(ValueError):
+class UnsupportedModel(BadInput):
     """A Hugging Face model (or a theseus config) the other side cannot reproduce; the message names the field.
 
     >>> issubclass(UnsupportedModel, ValueError)

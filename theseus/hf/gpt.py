@@ -23,12 +23,14 @@ from typing import Any
 
 import numpy as np
 
+from theseus.errors import BadInput
+
 #: the HF activations equal to ``jax.nn.gelu`` (the tanh approximation)
 TANH_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 ROPE_BASE = 10000.0  # theseus/model/layers/rope.py's base
 
 
-class NotRepresentable(ValueError):
+class NotRepresentable(BadInput):
     """A model one side cannot represent with equal logits; the message names the setting.
 
     >>> issubclass(NotRepresentable, ValueError)

@@ -24,11 +24,13 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from theseus.errors import BadInput
+
 #: the command that installs every backend's package
 INSTALL = "uv sync --group remote"
 
 
-class MirrorUnavailable(ValueError):
+class MirrorUnavailable(BadInput):
     """A backend whose package is not installed (or a backend name that is not one of `BACKENDS`).
 
     >>> issubclass(MirrorUnavailable, ValueError)

@@ -31,6 +31,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from theseus.errors import BadInput
 from theseus.jobs import Job, job
 from theseus.replay.restore import checkpoint_for, restored_trainer
 from theseus.store import Node
@@ -132,7 +133,7 @@ class Evaluate(Job):
             raise ValueError("evaluate.checkpoint is empty: give a node id with a checkpoint, or a run's nonce")
         foreign = [p.name for p in self.parts if p.Config is not None and p.section != "eval"]
         if foreign:
-            raise NotImplementedError(f"evaluation {foreign[0]!r} keeps its settings outside the eval section; "
+            raise BadInput(f"evaluation {foreign[0]!r} keeps its settings outside the eval section; "
                                       f"{self.key} cannot run it")
         node, _ = checkpoint_for(self.store, str(settings.checkpoint))
         self.harness = harness_tasks(self.harness_names, settings.include_path) if self.harness_names else None
@@ -146,7 +147,7 @@ class Evaluate(Job):
                 missing = [f.name for f in dataclasses.fields(part.Config)
                            if f.name not in self.eval_config.eval] if part.Config is not None else []
                 if missing:
-                    raise NotImplementedError(f"evaluation {part.name!r} was registered after {self.key}'s config "
+                    raise BadInput(f"evaluation {part.name!r} was registered after {self.key}'s config "
                                               f"was made: its settings eval.{missing[0]} are missing (subclass "
                                               "Evaluate to include them)")
                 part.check(self.eval_config)

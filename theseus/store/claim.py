@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from theseus.errors import Refused
 from theseus.store import schema
 from theseus.store.listing import list_segments, retry_vanished
 from theseus.store.node import Node
@@ -47,7 +48,7 @@ __all__ = ["ResumeConflict", "claim", "claims"]
 
 
 
-class ResumeConflict(RuntimeError):
+class ResumeConflict(Refused, RuntimeError):
     """Another resume already continues this lineage from the same node.
 
     >>> issubclass(ResumeConflict, RuntimeError)

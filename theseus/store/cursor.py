@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from theseus.errors import BadInput, NotFound
 from theseus.store import fs as rootfs
 from theseus.store import marks, schema, topk
 from theseus.store.fold import WRITTEN, node_ids
@@ -30,11 +31,11 @@ RUN_KEYS = (schema.JOB, schema.FINISHED, schema.TAGS)  # the latest records run 
 _COUNT, _LAST = "\x00count", "\x00last"  # a pruned top-k's proof, dropped before it is returned
 
 
-class UnknownKey(ValueError):
+class UnknownKey(BadInput):
     """A query named a key that no run in its scope has logged."""
 
 
-class EmptyResult(LookupError):
+class EmptyResult(NotFound):
     """A query that had to return one node matched none."""
 
 

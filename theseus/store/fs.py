@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from theseus.errors import Refused
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -205,7 +207,7 @@ def _fsync_folder(folder: str) -> None:
 TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp$")  # publish()'s temporary names
 
 
-class NotPlainFile(OSError):
+class NotPlainFile(Refused, OSError):
     """A path theseus refuses to read or delete: a link, FIFO, device or socket, or one
     reached through a link; the message names it and says what it is."""
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 import os
 import secrets
 
+from theseus.errors import BadInput, Refused
 from theseus.store import fs as rootfs
 from theseus.store.index import Index
 from theseus.store.layout import NONCES
@@ -56,7 +57,7 @@ from theseus.store.node import check_nonce, drew, normalize_name, take_drawn
 __all__ = ["AmbiguousNonce", "NonceTaken", "begin", "claims", "holders", "one_name"]
 
 
-class NonceTaken(ValueError):
+class NonceTaken(Refused, ValueError):
     """A new lineage's nonce is already used in the root by another lineage; nothing was written.
 
     >>> issubclass(NonceTaken, ValueError)
@@ -64,7 +65,7 @@ class NonceTaken(ValueError):
     """
 
 
-class AmbiguousNonce(ValueError):
+class AmbiguousNonce(BadInput):
     """A nonce names several runs of the root (a collision): a reader that expects one run refuses it.
 
     >>> issubclass(AmbiguousNonce, ValueError)

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from theseus.errors import CorruptData
 from theseus.store import fs as rootfs
 from theseus.store.latest import Latest
 from theseus.store.schema import INDEX_METADATA, KEYS_METADATA, SEGMENT_SCHEMA, TYPES, merge_types
@@ -188,7 +189,7 @@ class Footer:
     latest: dict[str, Latest] | None = None  # None: not recorded (segments of older writers)
 
 
-class CorruptSegment(ValueError):
+class CorruptSegment(CorruptData):
     """A segment that cannot be read; the message names the file."""
 
 

@@ -24,6 +24,7 @@ from typing import Any, Iterator, Mapping, NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from theseus.errors import TheseusError
 from theseus.store import fs as rootfs
 from theseus.store import nonces, schema, trust
 from theseus.store.fold import ARROW
@@ -39,7 +40,7 @@ _PYTYPE = {float: "float", int: "int", bool: "bool", str: "str"}
 _LIVE: weakref.WeakSet[Writer] = weakref.WeakSet()  # registry of open writers, closed in a forked child
 
 
-class FlushError(RuntimeError):
+class FlushError(TheseusError, RuntimeError):
     """Records that could not be published; they stay pending and the next flush retries them."""
 
 

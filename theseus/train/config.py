@@ -26,6 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from theseus.errors import BadInput
 from theseus.mirror.sinks import backend, require
 from theseus.train.retention import Policy
 
@@ -246,7 +247,7 @@ def load_config(config: Any, schema: type, job: str = "gpt/train/pretrain") -> D
     return merged
 
 
-class NotImplementedSetting(ValueError):
+class NotImplementedSetting(BadInput):
     """A config key set to a value whose behaviour is not implemented yet (the default is accepted).
 
     >>> issubclass(NotImplementedSetting, ValueError)

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
 
+from theseus.errors import CorruptData
 from theseus.store.fs import (  # write_atomic: used by the examples
     NotPlainFile,
     check_regular,
@@ -38,7 +39,7 @@ __all__ = ["MANIFEST", "DamagedFolder", "FileEntry", "Sealed", "read_manifest", 
 _LISTING_LIMIT = 10**7
 
 
-class DamagedFolder(ValueError):
+class DamagedFolder(CorruptData):
     """A file of a sealed folder is missing, not a regular file, or not the bytes its MANIFEST lists.
 
     >>> issubclass(DamagedFolder, ValueError)  # bad input to every command: one line, exit status 2
