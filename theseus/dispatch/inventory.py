@@ -60,6 +60,8 @@ from typing import Any, ClassVar
 import jsonschema
 import yaml
 
+from theseus.errors import BadInput
+
 __all__ = [
     "DEFAULT_INVENTORY",
     "Cluster",
@@ -78,7 +80,7 @@ __all__ = [
 DEFAULT_INVENTORY = "~/.theseus.yaml"
 
 
-class InventoryError(ValueError):
+class InventoryError(BadInput):
     """A malformed inventory; the message starts with ``file:line:`` and names the field.
 
     >>> try:
