@@ -84,6 +84,7 @@ from loguru import logger
 from omegaconf import DictConfig, OmegaConf
 
 from theseus import config as configs
+from theseus.errors import BadInput
 from theseus.experiments import import_hint, job_source
 from theseus.registry import Registry, import_registering
 from theseus.store import Store, nonces
@@ -93,8 +94,8 @@ from theseus.store.layout import CONFIG_FILE, JOB_FILE
 from theseus.store.node import Node
 from theseus.store.status import PREEMPTED
 
-__all__ = ["EXIT_PREEMPTED", "JOB_MODULES", "Job", "Preempted", "UnknownJobError", "get_job", "import_registering",
-           "job", "job_json", "key_of", "missing_job", "registry"]
+__all__ = ["EXIT_PREEMPTED", "JOB_MODULES", "Job", "NotRestorable", "Preempted", "UnknownJobError", "get_job",
+           "import_registering", "job", "job_json", "key_of", "missing_job", "registry"]
 
 #: Modules imported (once, when the registry is first read) to register the built-in jobs.
 #: A module that does not exist yet is skipped; add yours here or import it before use.
@@ -127,7 +128,15 @@ class Preempted(Exception):
         self.node, self.step = node, step
 
 
-class UnknownJobError(KeyError, ValueError):
+class NotRestorable(BadInput, NotImplementedError):
+    """A job asked to restore from a node that only runs afresh (bad input, not a bug).
+
+    >>> issubclass(NotRestorable, NotImplementedError) and issubclass(NotRestorable, BadInput)
+    True
+    """
+
+
+class UnknownJobError(BadInput, KeyError):
     """A job key that is not registered; the message names close matches.
 
     >>> try:
@@ -421,10 +430,10 @@ class Job:
         >>> Job.setup(job)
         Traceback (most recent call last):
         ...
-        NotImplementedError: job 'data/tokenize/pydoc' cannot be restored from a node; run it afresh
+        theseus.jobs.NotRestorable: job 'data/tokenize/pydoc' cannot be restored from a node; run it afresh
         """
         if self.base is not None:
-            raise NotImplementedError(f"job {self.key!r} cannot be restored from a node; run it afresh")
+            raise NotRestorable(f"job {self.key!r} cannot be restored from a node; run it afresh")
 
     # -- running ------------------------------------------------------------
 

@@ -195,3 +195,21 @@ def test_retired_checkpoints_are_neither_listed_nor_marked(tmp_path):
     assert [c["seq"] for c in checkpoints(run)] == [2, 3]
     assert series(run, "train/loss")["checkpoints"] == [2.0, 3.0]
     assert series(run, "train/loss", x="train/tokens")["checkpoints"] == [128.0, 192.0]
+
+
+def test_an_internal_key_error_is_a_server_error_not_a_missing_run(tmp_path, monkeypatch):
+    """Only the error family's kinds become 404 / 400: a KeyError from a bug answers 500, not 'not found'."""
+    from theseus.ui import run as run_data
+
+    store = Store(tmp_path / "root")
+    a = _write(store, "p.g.a", 3)
+    client = TestClient(create_app(str(tmp_path / "root")), base_url="http://127.0.0.1",
+                        raise_server_exceptions=False)
+    assert client.get("/api/run/abcdef").status_code == 404  # a run the root does not hold
+    assert client.get(f"/api/run/{a.nonce}?audit=0").status_code == 200
+
+    def broken(*args, **kwargs):
+        return {}["a key the code forgot"]
+
+    monkeypatch.setattr(run_data, "run_page", broken)
+    assert client.get(f"/api/run/{a.nonce}?audit=0").status_code == 500

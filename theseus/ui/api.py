@@ -31,8 +31,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from theseus.store import EmptyResult, Store, marks, schema
-from theseus.store.fs import NotPlainFile
+from theseus.errors import NotFound, TheseusError
+from theseus.store import Store, marks, schema
 from theseus.store.node import check_nonce
 from theseus.ui import node as node_data
 from theseus.ui import run as run_data
@@ -180,8 +180,9 @@ def _error(status: int, message: str) -> JSON:
 
 
 def _handled(handler):
-    """Run a route's reads off the event loop (a JSON body read first), and turn the data layer's
-    errors into 400 (bad input) and 404 (nothing there) answers."""
+    """Run a route's reads off the event loop (a JSON body read first), and turn the error family's
+    kinds (`theseus.errors`) into 404 (nothing there) and 400 (bad input, corrupt or refused data)
+    answers; any other exception is a bug, left to the server's 500 with its traceback in the log."""
 
     async def route(request: Request) -> Response:
         try:
@@ -189,9 +190,9 @@ def _handled(handler):
             if request.method == "POST" and not isinstance(body, dict):
                 return _error(400, f"expected a JSON object as the request body, got {type(body).__name__}")
             return await run_in_threadpool(handler, request, body)
-        except (KeyError, EmptyResult, FileNotFoundError) as e:
+        except (NotFound, FileNotFoundError) as e:
             return _error(404, e.args[0] if e.args and isinstance(e.args[0], str) else str(e))
-        except (ValueError, NotPlainFile) as e:
+        except (TheseusError, ValueError) as e:
             return _error(400, str(e))
 
     return route

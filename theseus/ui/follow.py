@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from theseus.errors import NotFound
 from theseus.store import Store, schema
 from theseus.store import fs as rootfs
 from theseus.store.listing import Listings, list_runs, retry_vanished, vanished
@@ -250,16 +251,16 @@ class Follower:
         run.segments = set(paths) - unreadable.keys()
 
     def run(self, nonce: str) -> RunLog:
-        """The run ``nonce`` as last polled; a KeyError naming it when the root has no such run.
+        """The run ``nonce`` as last polled; `theseus.errors.NotFound` naming it when the root has no such run.
 
         >>> import tempfile
         >>> Follower(Store(tempfile.mkdtemp())).run("abcdef")
         Traceback (most recent call last):
         ...
-        KeyError: 'no run with nonce abcdef in this root'
+        theseus.errors.NotFound: no run with nonce abcdef in this root
         """
         if nonce not in self.runs:
-            raise KeyError(f"no run with nonce {nonce} in this root")
+            raise NotFound(f"no run with nonce {nonce} in this root")
         run = self.runs[nonce]
         if run.shared:  # several runs under one nonce: the page of one of them cannot be told apart
             raise AmbiguousNonce(ambiguous(nonce, sorted((run.name, *run.shared))))

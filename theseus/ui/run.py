@@ -75,7 +75,7 @@ def run_page(store: Store, follower: Follower, nonce: str, with_audit: bool = Tr
     >>> run_page(Store(tempfile.mkdtemp()), Follower(Store(tempfile.mkdtemp())), "abcdef")
     Traceback (most recent call last):
     ...
-    KeyError: 'no run with nonce abcdef in this root'
+    theseus.errors.NotFound: no run with nonce abcdef in this root
     """
     check_nonce(nonce)
     run = follower.run(nonce)
