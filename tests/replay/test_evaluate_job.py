@@ -73,7 +73,9 @@ def test_theseus_eval_by_nonce_prints_and_records_results_seen_by_ls_and_show(tr
     last = store.find().nonce(nonce).checkpoint().last()
     evaluations = [n for n in store.find().job("gpt/evaluate").all() if n.parent == last.id]
     assert len(evaluations) == 1
-    listing = CliRunner().invoke(app, ["ls", root]).output
+    listing = CliRunner().invoke(app, ["ls", root]).output  # evaluation runs, as a group, only when asked
+    assert evaluations[0].nonce not in listing and nonce in listing
+    listing = CliRunner().invoke(app, ["ls", root, "--all"]).output
     assert evaluations[0].nonce in listing and "evaluated-eval" in listing
     shown = CliRunner().invoke(app, ["show", root, evaluations[0].id]).output
     assert "eval/pydoc/bpb" in shown
