@@ -31,3 +31,17 @@ def test_the_kinds_keep_the_builtin_bases_callers_catch():
     assert issubclass(EmptyResult, NotFound) and issubclass(EmptyResult, LookupError)
     assert issubclass(UnknownKey, BadInput) and issubclass(UnknownKey, ValueError)
     assert issubclass(CorruptSegment, TheseusError) and issubclass(CorruptSegment, ValueError)
+
+
+def test_a_failure_of_the_outside_world_exits_1_naming_it(tmp_path, monkeypatch):
+    """An error of the family that is no kind of bad input (a flush the disk refused) is neither exit 2
+    nor a bug: one line and exit 1."""
+    from theseus.store.writer import FlushError
+
+    def refused(*args, **kwargs):
+        raise FlushError("no space left on the device")
+
+    monkeypatch.setattr("theseus.cli.store.Store", refused)
+    result = CliRunner().invoke(app, ["ls", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    assert "FlushError: no space left" in result.output and "Traceback" not in result.output

@@ -1,8 +1,9 @@
 """How every ``theseus`` command reports an error: one red line on stderr and an exit code.
 
-Only the errors theseus raises on purpose (:class:`theseus.errors.TheseusError`) and a root the
-OS refuses (``OSError``) are reported so, exit 2. Anything else is a bug, not the caller's
-mistake: :func:`bug` prints its traceback and exits :data:`EXIT_BUG` (70).
+The error family's kinds (:mod:`theseus.errors`: bad input, not found, corrupt or refused data)
+and a root the OS refuses (``OSError``) are reported so, exit 2; another error of the family (a
+launch that failed, a host that did not answer, a flush the disk refused) exit 1. Anything else is
+a bug, not the caller's mistake: :func:`bug` prints its traceback and exits :data:`EXIT_BUG` (70).
 
 >>> import typer
 >>> try:
@@ -22,12 +23,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from theseus.errors import EXIT_BUG, TheseusError
+from theseus.errors import EXIT_BUG, BadInput, CorruptData, NotFound, Refused, TheseusError
 
-# Errors that mean "bad input": a clear message and exit code 2, no traceback. A builtin
-# KeyError, TypeError or NotImplementedError is not one: raised by no check, it is a bug
-# (EXIT_BUG). A plain ValueError still is, until the checks that raise one raise BadInput.
-BAD_INPUT = (TheseusError, ValueError, FileNotFoundError, FileExistsError)
+# Errors that mean "bad input": a clear message and exit code 2, no traceback: the error family's
+# kinds (not its base, which also carries failures of the outside world: a launch that failed, a
+# host that did not answer). A builtin KeyError, TypeError or NotImplementedError is not one:
+# raised by no check, it is a bug (EXIT_BUG). A plain ValueError still is, until the checks that
+# raise one raise BadInput.
+BAD_INPUT = (BadInput, NotFound, CorruptData, Refused, ValueError, FileNotFoundError, FileExistsError)
 # Errors of a root a command cannot use (missing, corrupt, read-only, unreadable): bad input too.
 ROOT_ERRORS = (*BAD_INPUT, OSError)
 
@@ -100,6 +103,8 @@ def reported(command: Callable) -> Callable:
             raise
         except ROOT_ERRORS as e:
             fail(message(e), 2)
+        except TheseusError as e:  # the outside world failed (a launch, a host, a flush): not a bug
+            fail(f"{type(e).__name__}: {e}", 1)
         except Exception as e:  # noqa: BLE001 - not raised by a check: a bug, reported as one
             bug(e)
 
