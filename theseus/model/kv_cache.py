@@ -52,3 +52,18 @@ def check_call(config: Any, owner: str, idx: jax.Array, positions: Any, cache: A
         raise ValueError(f"decoding needs both positions [batch, time] and a cache ({owner}.init_cache)")
     if cache is not None and len(cache) != config.n_layers:
         raise ValueError(f"the cache has {len(cache)} layers, the model {config.n_layers}")
+
+
+def write(cache: tuple[jax.Array, jax.Array], k: jax.Array, v: jax.Array,
+          positions: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """One block's cache with the keys ``k`` and values ``v`` [batch, time, heads, head_dim] written at
+    ``positions`` [batch, time] (each row at its own positions), cast to the cache's dtype.
+
+    >>> keys = values = jnp.zeros((1, 4, 1, 2))
+    >>> keys, _ = write((keys, values), jnp.ones((1, 2, 1, 2)), jnp.ones((1, 2, 1, 2)), jnp.array([[1, 2]]))
+    >>> keys[0, :, 0, 0].tolist()
+    [0.0, 1.0, 1.0, 0.0]
+    """
+    keys, values = cache
+    rows = jnp.arange(k.shape[0])[:, None]
+    return keys.at[rows, positions].set(k.astype(keys.dtype)), values.at[rows, positions].set(v.astype(values.dtype))

@@ -16,6 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from theseus.model import kv_cache
 from theseus.model.config import GPTConfig
 from theseus.model.layers.dense import dense, residual_std
 from theseus.model.layers.rope import apply_rope
@@ -87,10 +88,7 @@ class CausalSelfAttention(nn.Module):
         """
         B, T, C = x.shape
         q, k, v = self._qkv(x, positions)
-        keys, values = cache
-        rows = jnp.arange(B)[:, None]
-        keys = keys.at[rows, positions].set(k.astype(keys.dtype))
-        values = values.at[rows, positions].set(v.astype(values.dtype))
+        keys, values = kv_cache.write(cache, k, v, positions)
         visible = jnp.arange(keys.shape[1])[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
         y = jax.nn.dot_product_attention(q, keys, values, mask=visible)
         y = self.c_proj(y.reshape(B, T, C))

@@ -17,6 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from theseus.model import kv_cache
 from theseus.model.decoder_config import DecoderConfig
 from theseus.model.layers.feedforward import projection
 from theseus.model.layers.norms import RMSNorm
@@ -121,10 +122,7 @@ class GroupedQueryAttention(nn.Module):
         """
         B, T, _ = x.shape
         q, k, v = self._qkv(x, positions)
-        keys, values = cache
-        rows = jnp.arange(B)[:, None]
-        keys = keys.at[rows, positions].set(k.astype(keys.dtype))
-        values = values.at[rows, positions].set(v.astype(values.dtype))
+        keys, values = kv_cache.write(cache, k, v, positions)
         mask = visible_positions(positions, keys.shape[1], self.config.sliding_window)
         y = jax.nn.dot_product_attention(q, keys.astype(q.dtype), values.astype(q.dtype), mask=mask)
         return self.o_proj(y.reshape(B, T, -1)), (keys, values)
