@@ -28,6 +28,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from theseus.errors import BadInput
+
 __all__ = ["CATALOG", "built_in", "config_keys", "fingerprint", "jobs", "kinds", "live", "main", "parts"]
 
 #: The built-in jobs and parts as listed: ``{"sources": {file: hash}, "jobs": {key: description}, "parts":
@@ -168,7 +170,7 @@ def parts(kind: str | None = None) -> dict[str, dict[str, tuple[str, str]]]:
     stored = built_in()["parts"]
     every = list(stored)
     if kind is not None and kind not in every:
-        raise ValueError(f"unknown part kind {kind!r}; the kinds are {', '.join(every)}")
+        raise BadInput(f"unknown part kind {kind!r}; the kinds are {', '.join(every)}")
     current = _rows({}, _registered("theseus.train.parts", "parts"))["parts"]
     out = {}
     for each in every if kind is None else (kind,):

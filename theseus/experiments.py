@@ -78,11 +78,11 @@ class Experiment:
     def __post_init__(self) -> None:
         for name in ("path", "source", "module"):
             if not isinstance(getattr(self, name), str):
-                raise ValueError(f"experiment field {name!r} must be str, got {getattr(self, name)!r}")
+                raise BadInput(f"experiment field {name!r} must be str, got {getattr(self, name)!r}")
         if bool(self.path) == bool(self.module):
-            raise ValueError("an experiment is a file (path and source) or a module name, exactly one of them")
+            raise BadInput("an experiment is a file (path and source) or a module name, exactly one of them")
         if self.module and (self.source or not _MODULE_NAME.match(self.module)):
-            raise ValueError(f"experiment module {self.module!r} must be a dotted module name, without source")
+            raise BadInput(f"experiment module {self.module!r} must be a dotted module name, without source")
 
     @property
     def origin(self) -> str:
@@ -108,11 +108,11 @@ class Experiment:
         >>> Experiment.from_dict({"module": "m", "colour": "red"})
         Traceback (most recent call last):
         ...
-        ValueError: an experiment has the fields path and source, or module; got colour, module
+        theseus.errors.BadInput: an experiment has the fields path and source, or module; got colour, module
         """
         if not isinstance(data, dict) or set(data) not in ({"module"}, {"path", "source"}):
             got = ", ".join(sorted(data)) if isinstance(data, dict) else type(data).__name__
-            raise ValueError(f"an experiment has the fields path and source, or module; got {got}")
+            raise BadInput(f"an experiment has the fields path and source, or module; got {got}")
         return cls(**data)
 
 

@@ -170,7 +170,7 @@ def job(key: str, description: str | None = None):
     'Do nothing, successfully.'
     """
     if not isinstance(key, str) or not _KEY.match(key):
-        raise ValueError(f"invalid job key {key!r}: use lowercase words separated by '/', e.g. 'data/tokenize/fineweb'")
+        raise BadInput(f"invalid job key {key!r}: use lowercase words separated by '/', e.g. 'data/tokenize/fineweb'")
 
     def check(cls: type) -> None:
         if not (isinstance(cls.Config, type) and dataclasses.is_dataclass(cls.Config)):
@@ -237,13 +237,13 @@ def key_of(cls: type) -> str:
     >>> key_of(Unregistered)
     Traceback (most recent call last):
     ...
-    ValueError: job class Unregistered is not registered: decorate it with @job('some/key') (its base class is registered as 'data/tokenize/pydoc')
+    theseus.errors.BadInput: job class Unregistered is not registered: decorate it with @job('some/key') (its base class is registered as 'data/tokenize/pydoc')
     """  # noqa: E501 - a doctest's expected output, printed on one line
     if not (isinstance(cls, type) and issubclass(cls, Job)):
         raise TypeError(f"expected a job key (str) or a registered subclass of theseus.jobs.Job, got {cls!r}")
     if not _JOBS.holds(cls.__dict__.get("key", ""), cls):
         base = f" (its base class is registered as {cls.key!r})" if cls.key and "key" not in cls.__dict__ else ""
-        raise ValueError(f"job class {cls.__qualname__} is not registered: decorate it with @job('some/key'){base}")
+        raise BadInput(f"job class {cls.__qualname__} is not registered: decorate it with @job('some/key'){base}")
     return cls.key
 
 
@@ -396,7 +396,7 @@ class Job:
         if base is not None and not branch:
             node = base.next()
             if nonce is not None and nonce != base.nonce:
-                raise ValueError(f"resuming {base.id} continues nonce {base.nonce!r}; got nonce {nonce!r} "
+                raise BadInput(f"resuming {base.id} continues nonce {base.nonce!r}; got nonce {nonce!r} "
                                  "(branch=True starts a new lineage with its own nonce)")
         elif nonce is None:
             node = Node.start(name, parent=base)

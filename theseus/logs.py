@@ -15,6 +15,8 @@ import sys
 
 from loguru import logger
 
+from theseus.errors import BadInput
+
 __all__ = ["FORMAT", "logger", "setup"]
 
 FORMAT = (
@@ -39,14 +41,14 @@ def setup(level: str | None = None) -> None:
     >>> setup("chatty")
     Traceback (most recent call last):
     ...
-    ValueError: unknown log level 'CHATTY' (TRACE, DEBUG, INFO, SUCCESS, WARNING, ERROR, CRITICAL)
+    theseus.errors.BadInput: unknown log level 'CHATTY' (TRACE, DEBUG, INFO, SUCCESS, WARNING, ERROR, CRITICAL)
     """
     global _handler
     level = (level or os.environ.get("THESEUS_LOG_LEVEL") or "DEBUG").upper()
     try:
         logger.level(level)
     except ValueError:
-        raise ValueError(f"unknown log level {level!r} ({', '.join(LEVELS)})") from None
+        raise BadInput(f"unknown log level {level!r} ({', '.join(LEVELS)})") from None
     try:
         logger.remove(0)  # loguru's default handler, bound to the stderr of import time
     except ValueError:

@@ -30,6 +30,7 @@ from omegaconf import DictConfig
 
 from theseus import config as configs
 from theseus.dispatch.spec import LaunchSpec
+from theseus.errors import BadInput
 from theseus.experiments import shipped
 from theseus.jobs import Job, get_job, key_of
 from theseus.store import EmptyResult, Store, schema, trust
@@ -166,7 +167,7 @@ class QuickSession:
         self._check_open()
         if job_key is None and run_name is None:
             if self._restored is None:
-                raise ValueError("nothing to rebuild: call q.find()...resume() (or branch()) first, "
+                raise BadInput("nothing to rebuild: call q.find()...resume() (or branch()) first, "
                                  "or q.build(job_key, run_name) for a new job")
             key, name, config_yaml, base, branch, verify = dataclasses.astuple(self._restored)
             if self._config is not None and (self.job_key, self.run_name, self.base, self.branched, self.verify) == (
@@ -177,7 +178,7 @@ class QuickSession:
             self._config = configs.from_yaml(cls.Config, config_yaml)
             return self
         if job_key is None or run_name is None:
-            raise ValueError("q.build(job_key, run_name) needs both, "
+            raise BadInput("q.build(job_key, run_name) needs both, "
                              "e.g. q.build('data/tokenize/fineweb', 'tokenize-fineweb')")
         if not isinstance(job_key, str):
             job_key = key_of(job_key)
@@ -230,7 +231,7 @@ class QuickSession:
         run = self.store.run_record(node.nonce, name=node.name)
         key, config_yaml = run.get(schema.JOB), run.get(schema.CONFIG)
         if not key:
-            raise ValueError(f"node {node.id} belongs to a run with no recorded job; it cannot be resumed")
+            raise BadInput(f"node {node.id} belongs to a run with no recorded job; it cannot be resumed")
         get_job(key, run.get(schema.JOB_SOURCE))  # not registered here: names what to import, and nothing changes
         if config_yaml:  # a root may come from a stranger: its config is plain data or refused
             trust.plain_config(config_yaml, f"node {node.id} ({node.name}:{node.nonce}:{node.seq})")
@@ -254,7 +255,7 @@ class QuickSession:
         2357
         """
         if self._config is None:
-            raise ValueError("no job built yet: call q.build(job_key, run_name) first (`theseus jobs` lists the keys)")
+            raise BadInput("no job built yet: call q.build(job_key, run_name) first (`theseus jobs` lists the keys)")
         return self._config
 
     def create(self) -> Job:
@@ -271,7 +272,7 @@ class QuickSession:
         """
         self._check_open()
         if self.job_key is None:
-            raise ValueError("no job built yet: call q.build(job_key, run_name) first (`theseus jobs` lists the keys)")
+            raise BadInput("no job built yet: call q.build(job_key, run_name) first (`theseus jobs` lists the keys)")
         cls = get_job(self.job_key)
         return cls.create(self.store, self.run_name, self.config, base=self.base, branch=self.branched,
                           verify=self.verify)
@@ -285,7 +286,7 @@ class QuickSession:
         2
         """
         if "shard" not in self.config:
-            raise ValueError(f"job {self.job_key!r} has no shard settings; only training jobs are sharded")
+            raise BadInput(f"job {self.job_key!r} has no shard settings; only training jobs are sharded")
         for key, value in (("tp", tp), ("fsdp", fsdp), ("zero", zero)):
             if value is not None:
                 self.config.shard[key] = value
@@ -412,9 +413,9 @@ def spec_from_quick(q: QuickSession, *, revision: str = "", groups: tuple[str, .
     ('data/tokenize/pydoc', True, None)
     """
     if q.job_key is None:
-        raise ValueError("no job built yet: call q.build(job_key, run_name) first (`theseus jobs` lists the keys)")
+        raise BadInput("no job built yet: call q.build(job_key, run_name) first (`theseus jobs` lists the keys)")
     if not q.verify:
-        raise ValueError("resume(verify=False) is not carried to a launch (a launched run always checks its "
+        raise BadInput("resume(verify=False) is not carried to a launch (a launched run always checks its "
                          "checkpoint): resume with verify=True to launch or submit")
     base = q.base.id if q.base is not None else None
     resume = base is not None and not q.branched
@@ -451,12 +452,12 @@ def build_spec(root: str, job_key: str, run_name: str, overrides: Iterable[str] 
                 cursor = q.find().node(base_node)
                 q = cursor.branch() if branch else cursor.resume()
             except (EmptyResult, FileNotFoundError):  # a root that does not exist holds no records either
-                raise ValueError(f"node {base_node} has no records in {root}: nothing to restore from") from None
+                raise BadInput(f"node {base_node} has no records in {root}: nothing to restore from") from None
             if q.job_key != job_key:
-                raise ValueError(f"node {base_node} is a run of job {q.job_key!r}, not {job_key!r}")
+                raise BadInput(f"node {base_node} is a run of job {q.job_key!r}, not {job_key!r}")
             base_run = Node.from_id(base_node)
             if not branch and normalize_name(run_name) != base_run.name:
-                raise ValueError(f"resuming {base_node} continues run {base_run.name!r}; got run name {run_name!r} "
+                raise BadInput(f"resuming {base_node} continues run {base_run.name!r}; got run name {run_name!r} "
                                  "(branch to start a new run with another name)")
             if branch:
                 q.run_name = run_name

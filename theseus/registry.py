@@ -24,6 +24,8 @@ import importlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from theseus.errors import BadInput
+
 __all__ = ["Registry", "import_registering"]
 
 
@@ -40,7 +42,7 @@ class Registry:
     >>> r.register("a")(type("B", (Base,), {}))
     Traceback (most recent call last):
     ...
-    ValueError: widget 'a' is already registered by theseus.registry.A
+    theseus.errors.BadInput: widget 'a' is already registered by theseus.registry.A
     """
 
     def __init__(self, noun: str, base: type, decorator: str):
@@ -70,7 +72,7 @@ class Registry:
             prior = self.classes.get(name)
             if prior is not None and not same_class(prior, cls):
                 where = f"{prior.__module__}.{prior.__qualname__}"
-                raise ValueError(f"{self.noun} {name!r} is already registered by {where}")
+                raise BadInput(f"{self.noun} {name!r} is already registered by {where}")
             doc = (cls.__doc__ or "").strip().splitlines()
             for attribute, value in attributes.items():
                 setattr(cls, attribute, value)

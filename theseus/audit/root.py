@@ -49,6 +49,7 @@ from theseus.audit.checkpoints import check_checkpoints, folder_of
 from theseus.audit.reading import first_line, open_root, parse_config, relative, thread_count
 from theseus.audit.report import WARNING, AuditReport, Change, CheckpointAudit, GcReport, Problem, Resume, RunAudit
 from theseus.audit.retired import clear_retired, retired_nodes, retired_problems
+from theseus.errors import BadInput
 from theseus.jobs import missing_job
 from theseus.store import fs as rootfs
 from theseus.store import schema, trust
@@ -90,7 +91,7 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
     """
     start = time.perf_counter()
     if threads is not None and threads < 1:
-        raise ValueError(f"threads must be at least 1, got {threads}")
+        raise BadInput(f"threads must be at least 1, got {threads}")
     fs, base = open_root(root)
     if nonce is not None:
         check_nonce(nonce)
@@ -167,13 +168,13 @@ def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0
     []
     """
     if min_age_s < 0:
-        raise ValueError(f"min_age_s must be >= 0, got {min_age_s}")
+        raise BadInput(f"min_age_s must be >= 0, got {min_age_s}")
     fs, base = open_root(root)
     problems: list[Problem] = []
     log, _ = _load_log(fs, base, None, problems)
     if problems:
         bad = ", ".join(p.path for p in problems)
-        raise ValueError(f"gc refuses to run: log segments cannot be read ({bad}), so the objects they may "
+        raise BadInput(f"gc refuses to run: log segments cannot be read ({bad}), so the objects they may "
                          "reference are unknown; see `theseus audit` and repair or remove them first")
     records = _reserved(log)
     referenced = {folder_of(r["value"]) for r in records if r["key"] == schema.CHECKPOINT} | _artifact_folders(records)
@@ -248,7 +249,7 @@ def _read_log(fs, base: str, nonce: str | None, problems: list[Problem]) -> tupl
         return _read_segments(fs, base, paths, problems), len(paths)
     paths = list_segments(fs, base, "*", nonce)
     if not paths:
-        raise ValueError(f"no run with nonce {nonce!r} in {rootfs.url(fs, base)} (`theseus ls ROOT` lists the runs)")
+        raise BadInput(f"no run with nonce {nonce!r} in {rootfs.url(fs, base)} (`theseus ls ROOT` lists the runs)")
     frames, seen, count = [], {nonce}, len(paths)
     frame = _read_segments(fs, base, paths, problems)
     while frame.height:

@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from theseus.errors import BadInput
 from theseus.store import Store, marks, schema
 from theseus.store.fold import WRITTEN
 from theseus.store.status import run_status
@@ -64,7 +65,7 @@ def parse_columns(text: str) -> tuple[str, ...]:
     """
     picked = [c.strip() for c in text.split(",") if c.strip()]
     if not picked:
-        raise ValueError("--columns takes a comma-separated list of columns, e.g. --columns status,train/loss")
+        raise BadInput("--columns takes a comma-separated list of columns, e.g. --columns status,train/loss")
     return tuple(dict.fromkeys(["name", "nonce", *picked]))
 
 

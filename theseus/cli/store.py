@@ -15,6 +15,7 @@ from rich.table import Table
 
 from theseus.cli import runs as runs_view
 from theseus.cli.errors import fail, reported
+from theseus.errors import BadInput
 from theseus.store import EmptyResult, Node, Store, marks
 from theseus.store.fold import WRITTEN
 from theseus.store.status import without_inspections
@@ -52,11 +53,11 @@ def ls(
     """
     picked = runs_view.parse_columns(columns) if columns is not None else runs_view.default_columns(wide)
     if wide and columns is not None:
-        raise ValueError("--wide and --columns are exclusive: --columns already says which columns to show")
+        raise BadInput("--wide and --columns are exclusive: --columns already says which columns to show")
     if as_json and watch:
-        raise ValueError("--json prints once; leave out --watch")
+        raise BadInput("--json prints once; leave out --watch")
     if interval <= 0 or (count is not None and count < 1):
-        raise ValueError("--interval must be positive and --count at least 1")
+        raise BadInput("--interval must be positive and --count at least 1")
     for tag in tags:
         marks.check_tag(tag)
     store = Store(root)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from theseus.errors import BadInput
+
 _MASK64 = (1 << 64) - 1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -42,7 +44,7 @@ def hash64(*keys) -> np.ndarray:
     (dtype('uint64'), (3,))
     """
     if not keys:
-        raise ValueError("hash64 needs at least one key")
+        raise BadInput("hash64 needs at least one key")
     h = splitmix64(keys[0])
     for k in keys[1:]:
         h = splitmix64(h ^ _u64(k))
@@ -65,5 +67,5 @@ def below(n: int, *keys) -> np.ndarray:
     True
     """
     if n <= 0:
-        raise ValueError(f"below needs n > 0, got {n}")
+        raise BadInput(f"below needs n > 0, got {n}")
     return (hash64(*keys) % np.uint64(n)).astype(np.int64)

@@ -40,6 +40,7 @@ from theseus.data import sources
 from theseus.data.store import META, DatasetWriter, check_name, data_dir
 from theseus.data.tokenize import tokenize_contiguous, tokenize_padded
 from theseus.data.tokenizer import TokenizerConfig, get_tokenizer
+from theseus.errors import BadInput
 from theseus.jobs import Job, job
 from theseus.store.layout import DATA
 
@@ -231,19 +232,19 @@ class TokenizeJob(Job):
         super().setup()
         data = self.config.data
         if not 0 <= data.val_pct < 1:
-            raise ValueError(f"data.val_pct must be in [0, 1), got {data.val_pct}")
+            raise BadInput(f"data.val_pct must be in [0, 1), got {data.val_pct}")
         limits = {"data.max_samples": data.max_samples}
         if "max_tokens" in data:
             limits["data.max_tokens"] = data.max_tokens
         for key, value in limits.items():
             if value == 0 or value < -1:
-                raise ValueError(f"{key} must be -1 (no limit) or positive, got {value}")
+                raise BadInput(f"{key} must be -1 (no limit) or positive, got {value}")
         if "block_size" in data and data.block_size < 2:
-            raise ValueError(f"data.block_size must be >= 2, got {data.block_size}")
+            raise BadInput(f"data.block_size must be >= 2, got {data.block_size}")
         try:
             check_name(self.dataset_name)
         except ValueError as e:
-            raise ValueError(f"{e} (check data.suffix)") from None
+            raise BadInput(f"{e} (check data.suffix)") from None
         tok = self.config.tokenizer
         self.tokenizer = tokenizer(tok.backend, tok.name, tok.huggingface.use_fast, tok.huggingface.use_remote_code,
                                    root=self.store.root)
@@ -388,7 +389,7 @@ class TokenizeText(TokenizeJob):
         """The paths must be given, exist and have a known extension."""
         paths = list(self.config.data.text.paths)
         if not paths:
-            raise ValueError(
+            raise BadInput(
                 "data.text.paths is empty: set it to your corpus files, e.g. data.text.paths=[corpus/*.txt]")
         self.files = sources.expand_paths(paths)
         sources.text_files(self.files)  # checks the extensions
@@ -433,7 +434,7 @@ class TokenizeAddition(TokenizeJob):
         """n >= 1 and max_digits >= 1."""
         a = self.config.data.addition
         if a.n < 1 or a.max_digits < 1:
-            raise ValueError(
+            raise BadInput(
                 f"data.addition.n and data.addition.max_digits must be >= 1, got {a.n} and {a.max_digits}")
 
     def source(self) -> Iterator[tuple[str, str]]:

@@ -14,6 +14,7 @@ import numpy as np
 
 from theseus.data.hashing import below, hash64
 from theseus.data.store import Dataset
+from theseus.errors import BadInput
 
 _PERMS_CACHED = 2
 
@@ -25,7 +26,7 @@ def check_step(k) -> int:
     3
     """
     if int(k) != k or k < 0:
-        raise ValueError(f"step k must be a non-negative integer, got {k!r}")
+        raise BadInput(f"step k must be a non-negative integer, got {k!r}")
     return int(k)
 
 
@@ -42,7 +43,7 @@ def global_rows(rows, batch_size: int) -> np.ndarray:
         return np.arange(batch_size, dtype=np.int64)[rows]
     rows = np.asarray(rows, dtype=np.int64).reshape(-1)
     if rows.size and (rows.min() < 0 or rows.max() >= batch_size):
-        raise ValueError(f"rows must be in [0, {batch_size}), got {rows.min()}..{rows.max()}")
+        raise BadInput(f"rows must be in [0, {batch_size}), got {rows.min()}..{rows.max()}")
     return rows
 
 
@@ -65,7 +66,7 @@ class Loader:
     def __init__(self, dataset: Dataset, split: str = "train", seed: int = 0, batch_size: int = 8,
                  block_size: int = 512):
         if batch_size < 1 or block_size < 1:
-            raise ValueError(f"batch_size and block_size must be >= 1, got {batch_size} and {block_size}")
+            raise BadInput(f"batch_size and block_size must be >= 1, got {batch_size} and {block_size}")
         self.dataset, self.split, self.seed = dataset, split, int(seed)
         self.batch_size, self.block_size = int(batch_size), int(block_size)
         self.tokens = dataset.tokens(split)
@@ -74,17 +75,17 @@ class Loader:
         if self.kind == "contiguous":
             n = self.tokens.shape[0]
             if n < self.block_size + 1:
-                raise ValueError(f"block_size {self.block_size} is too long for dataset {dataset.name!r} {split}: "
+                raise BadInput(f"block_size {self.block_size} is too long for dataset {dataset.name!r} {split}: "
                                  f"a row needs {self.block_size + 1} tokens and the split has {n}")
             self.n_starts = n - self.block_size  # starts in [0, n - block_size - 1]
         else:
             self.mask = dataset.mask(split)
             self.n_rows, width = self.tokens.shape
             if self.block_size > width:
-                raise ValueError(f"block_size {self.block_size} is longer than the rows of padded dataset "
+                raise BadInput(f"block_size {self.block_size} is longer than the rows of padded dataset "
                                  f"{dataset.name!r} ({width} tokens)")
             if self.n_rows == 0:
-                raise ValueError(f"dataset {dataset.name!r} has no {split} rows")
+                raise BadInput(f"dataset {dataset.name!r} has no {split} rows")
             self.eot = int((dataset.tokenizer or {}).get("eot", 0))
 
     def _global_rows(self, rows) -> np.ndarray:
@@ -110,7 +111,7 @@ class Loader:
         (8,)
         """
         if self.kind != "contiguous":
-            raise ValueError("starts() is for contiguous datasets; padded datasets use row_indices()")
+            raise BadInput("starts() is for contiguous datasets; padded datasets use row_indices()")
         return below(self.n_starts, self.seed, k, self._global_rows(rows))
 
     def _contiguous(self, k: int, r: np.ndarray) -> dict[str, np.ndarray]:
@@ -139,7 +140,7 @@ class Loader:
         array([...])
         """
         if self.kind != "padded":
-            raise ValueError("row_indices() is for padded datasets; contiguous datasets use starts()")
+            raise BadInput("row_indices() is for padded datasets; contiguous datasets use starts()")
         g = k * self.batch_size + self._global_rows(rows)
         epochs, pos = g // self.n_rows, g % self.n_rows
         out = np.empty_like(g)

@@ -33,6 +33,7 @@ import numpy as np
 from theseus.data.hashing import below, hash64
 from theseus.data.loader import check_step, global_rows
 from theseus.data.store import Dataset, check_name, open_dataset
+from theseus.errors import BadInput
 
 _ORDER_STREAM = 0  # hash key of the stream that assigns the rows of a step to sources
 _SOURCE_STREAM = 1  # hash key of the streams that seed each source
@@ -41,7 +42,7 @@ _PERMS_CACHED = 2
 
 def _check_rate(dataset: str, rate) -> float:
     if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not math.isfinite(rate) or rate <= 0:
-        raise ValueError(f"sampling rate of dataset {dataset!r} must be a finite number > 0, got {rate!r}")
+        raise BadInput(f"sampling rate of dataset {dataset!r} must be a finite number > 0, got {rate!r}")
     return float(rate)
 
 
@@ -57,7 +58,7 @@ class Sampling:
     >>> Sampling("pydoc", 0)
     Traceback (most recent call last):
     ...
-    ValueError: sampling rate of dataset 'pydoc' must be a finite number > 0, got 0
+    theseus.errors.BadInput: sampling rate of dataset 'pydoc' must be a finite number > 0, got 0
     """
 
     dataset: str
@@ -80,14 +81,14 @@ class _Stream:
         if dataset.kind == "contiguous":
             n = self.tokens.shape[0]
             if n < block_size + 1:
-                raise ValueError(f"block_size {block_size} is too long for dataset {dataset.name!r} {split}: "
+                raise BadInput(f"block_size {block_size} is too long for dataset {dataset.name!r} {split}: "
                                  f"a row needs {block_size + 1} tokens and the split has {n}")
             self.windows = np.lib.stride_tricks.sliding_window_view(self.tokens, block_size + 1)  # nothing read yet
         else:
             self.mask = dataset.mask(split)
             self.n_rows = self.tokens.shape[0]
             if self.n_rows == 0:
-                raise ValueError(f"dataset {dataset.name!r} has no {split} rows")
+                raise BadInput(f"dataset {dataset.name!r} has no {split} rows")
             self.eot = int((dataset.tokenizer or {}).get("eot", 0))
 
     def _permutation(self, epoch: int) -> np.ndarray:
@@ -154,9 +155,9 @@ class MixtureLoader:
                  batch_size: int = 8, block_size: int = 512):
         sources = list(sources)
         if not sources:
-            raise ValueError("a mixture needs at least one (dataset, rate) source")
+            raise BadInput("a mixture needs at least one (dataset, rate) source")
         if batch_size < 1 or block_size < 1:
-            raise ValueError(f"batch_size and block_size must be >= 1, got {batch_size} and {block_size}")
+            raise BadInput(f"batch_size and block_size must be >= 1, got {batch_size} and {block_size}")
         for source in sources:
             if not (isinstance(source, (tuple, list)) and len(source) == 2 and isinstance(source[0], Dataset)):
                 raise TypeError(f"a MixtureLoader takes (Dataset, rate) pairs, got {source!r}; "
@@ -165,7 +166,7 @@ class MixtureLoader:
         self.names = tuple(dataset.name for dataset in self.datasets)
         twice = sorted({name for name in self.names if self.names.count(name) > 1})
         if twice:
-            raise ValueError(f"dataset(s) {', '.join(map(repr, twice))} named more than once in the mixture; "
+            raise BadInput(f"dataset(s) {', '.join(map(repr, twice))} named more than once in the mixture; "
                              "list each dataset once with its whole rate")
         # each rate as the decimal it prints as, so that 0.7 / 0.3 mixes exactly as 7 / 3 does
         exact = [Fraction(repr(_check_rate(dataset.name, rate))) for dataset, rate in sources]
@@ -280,14 +281,14 @@ def open_mixture(root: str, sources: Sequence[Sampling], split: str = "train", s
     """
     sources = list(sources)
     if not sources:
-        raise ValueError("a data mixture needs at least one Sampling(dataset, rate)")
+        raise BadInput("a data mixture needs at least one Sampling(dataset, rate)")
     for sampling in sources:
         if not isinstance(sampling, Sampling):
             raise TypeError(f"a data mixture takes Sampling(dataset, rate) entries, got {sampling!r}")
     names = [sampling.dataset for sampling in sources]
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
-        raise ValueError(f"dataset(s) {', '.join(map(repr, twice))} named more than once in the mixture; "
+        raise BadInput(f"dataset(s) {', '.join(map(repr, twice))} named more than once in the mixture; "
                          "list each dataset once with its whole rate")
     datasets = [open_dataset(root, s.dataset + suffix, hint=f"data/tokenize/{s.dataset}") for s in sources]
     return MixtureLoader([(d, s.rate) for d, s in zip(datasets, sources)], split=split, seed=seed,

@@ -17,6 +17,8 @@ from typing import Iterator, Sequence
 import fsspec
 import pyarrow.parquet as pq
 
+from theseus.errors import BadInput
+
 TEXT_EXTENSIONS = (".txt", ".jsonl", ".parquet")
 FINEWEB_COLUMNS = ("text", "id", "dump", "url", "date", "file_path", "language", "language_score", "token_count")
 ALPACA_PROMPT = (
@@ -56,7 +58,7 @@ def expand_paths(paths: str | Sequence[str]) -> list[str]:
         else:
             raise FileNotFoundError(f"corpus file not found: {p!r}")
     if not out:
-        raise ValueError("no corpus paths given")
+        raise BadInput("no corpus paths given")
     return out
 
 
@@ -65,7 +67,7 @@ def _parquet_texts(path: str, column: str = "text") -> Iterator[str]:
     with fsspec.open(path, "rb") as f:
         pf = pq.ParquetFile(f)
         if column not in pf.schema_arrow.names:
-            raise ValueError(f"{path!r} has no {column!r} column (columns: {', '.join(pf.schema_arrow.names)})")
+            raise BadInput(f"{path!r} has no {column!r} column (columns: {', '.join(pf.schema_arrow.names)})")
         for batch in pf.iter_batches(batch_size=1024, columns=[column]):
             yield from (t for t in batch.column(0).to_pylist() if t is not None)
 
@@ -77,7 +79,7 @@ def _jsonl_texts(path: str, field: str = "text") -> Iterator[str]:
                 continue
             record = json.loads(line)
             if field not in record:
-                raise ValueError(f"{path}:{lineno}: record has no {field!r} field")
+                raise BadInput(f"{path}:{lineno}: record has no {field!r} field")
             yield record[field]
 
 
@@ -94,7 +96,7 @@ def text_files(paths: str | Sequence[str]) -> Iterator[str]:
     files = expand_paths(paths)  # checked now, not at the first next()
     for p in files:
         if not p.endswith(TEXT_EXTENSIONS):
-            raise ValueError(f"unsupported corpus file {p!r}; expected one of {', '.join(TEXT_EXTENSIONS)}")
+            raise BadInput(f"unsupported corpus file {p!r}; expected one of {', '.join(TEXT_EXTENSIONS)}")
     return _text_files(files)
 
 
@@ -127,7 +129,7 @@ def fineweb(snapshot: str = "CC-MAIN-2022-21", data_files: str | Sequence[str] |
         files = expand_paths(data_files)
         ds = datasets.load_dataset("parquet", data_files=files, split="train", streaming=True)
         if ds.column_names is not None and "text" not in ds.column_names:
-            raise ValueError(f"{files[0]!r} is not in FineWeb format: no 'text' column (columns: {ds.column_names})")
+            raise BadInput(f"{files[0]!r} is not in FineWeb format: no 'text' column (columns: {ds.column_names})")
     return (row["text"] for row in ds)
 
 
@@ -154,7 +156,7 @@ def addition(n: int = 10000, seed: int = 0, max_digits: int = 3) -> Iterator[tup
     [('63+4=', '67'), ('61+71=', '132')]
     """
     if n < 0 or max_digits < 1:
-        raise ValueError(f"addition needs n >= 0 and max_digits >= 1, got n={n}, max_digits={max_digits}")
+        raise BadInput(f"addition needs n >= 0 and max_digits >= 1, got n={n}, max_digits={max_digits}")
     return _addition(n, random.Random(seed), max_digits)
 
 
@@ -188,7 +190,7 @@ def _json_records(path: str) -> Iterator[dict]:
         else:
             records = json.load(f)
             if not isinstance(records, list):
-                raise ValueError(f"{path!r}: expected a JSON list of records")
+                raise BadInput(f"{path!r}: expected a JSON list of records")
             yield from records
 
 
@@ -218,5 +220,5 @@ def _alpaca_pairs(records) -> Iterator[tuple[str, str]]:
     for i, r in enumerate(records):
         missing = [k for k in ("instruction", "output") if k not in r]
         if missing:
-            raise ValueError(f"alpaca record {i} lacks {', '.join(missing)} (fields: instruction, input, output)")
+            raise BadInput(f"alpaca record {i} lacks {', '.join(missing)} (fields: instruction, input, output)")
         yield alpaca_prompt(r["instruction"], r.get("input") or ""), r["output"]

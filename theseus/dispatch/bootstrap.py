@@ -506,7 +506,7 @@ def bootstrap_script(spec: LaunchSpec, work_dir: str, tarball: str, spec_path: s
     (True, 'exec "$UV" run --no-sync python -m theseus.dispatch.bootstrap /w/spec.json --process-id 0')
     """
     if not spec.revision:
-        raise ValueError("the spec has no revision: package the code first (package_code) and set spec.revision")
+        raise BadInput("the spec has no revision: package the code first (package_code) and set spec.revision")
     q = shlex.quote
     lines = ["#!/usr/bin/env bash", "set -euo pipefail"]
     for key, value in {**spec.env, **(env or {})}.items():

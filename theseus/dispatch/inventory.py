@@ -221,15 +221,15 @@ def _tpu_shape(accelerator_type: str) -> tuple[int, int]:
     m = _TPU_TYPE.match(accelerator_type)
     if not m or m.group(1) not in _TPU_GENERATIONS:
         known = ", ".join(f"{g}-N" for g in _TPU_GENERATIONS)
-        raise ValueError(f"unknown TPU accelerator type {accelerator_type!r} (known: {known})")
+        raise BadInput(f"unknown TPU accelerator type {accelerator_type!r} (known: {known})")
     per_unit, per_worker, single = _TPU_GENERATIONS[m.group(1)]
     devices = int(int(m.group(2)) * per_unit)
     if devices < 1:
-        raise ValueError(f"TPU accelerator type {accelerator_type!r} has no whole device")
+        raise BadInput(f"TPU accelerator type {accelerator_type!r} has no whole device")
     if devices <= single:
         return devices, 1
     if devices % per_worker:
-        raise ValueError(f"TPU accelerator type {accelerator_type!r}: {devices} devices do not fill "
+        raise BadInput(f"TPU accelerator type {accelerator_type!r}: {devices} devices do not fill "
                          f"whole {per_worker}-device VMs")
     return devices, devices // per_worker
 

@@ -30,7 +30,7 @@ import os
 import subprocess
 import tarfile
 
-from theseus.errors import Refused
+from theseus.errors import BadInput, Refused
 
 __all__ = ["DirtyTreeError", "package_code"]
 
@@ -46,7 +46,7 @@ def _git(repo: str, *args: str, binary: bool = False) -> str | bytes:
         raise FileNotFoundError("git is not installed: theseus ships code as a git commit") from None
     except subprocess.CalledProcessError as e:
         message = e.stderr.decode(errors="replace").strip()
-        raise ValueError(f"`git {' '.join(args)}` failed in {repo}: {message}") from None
+        raise BadInput(f"`git {' '.join(args)}` failed in {repo}: {message}") from None
     return out.stdout if binary else out.stdout.decode()
 
 
@@ -85,7 +85,7 @@ def package_code(repo: str | os.PathLike = ".", allow_dirty: bool = False) -> tu
     >>> package_code(repo)
     Traceback (most recent call last):
     ...
-    ValueError: ... has no commit yet: commit the code to ship (theseus ships a git commit)
+    theseus.errors.BadInput: ... has no commit yet: commit the code to ship (theseus ships a git commit)
     """
     repo = os.path.abspath(os.fspath(repo))
     if not os.path.isdir(repo):
@@ -94,7 +94,7 @@ def package_code(repo: str | os.PathLike = ".", allow_dirty: bool = False) -> tu
     try:
         commit = _git(top, "rev-parse", "--verify", "HEAD").strip()
     except ValueError:
-        raise ValueError(f"{top} has no commit yet: commit the code to ship (theseus ships a git commit)") from None
+        raise BadInput(f"{top} has no commit yet: commit the code to ship (theseus ships a git commit)") from None
     changed = [line[3:] for line in _git(top, "status", "--porcelain", "--untracked-files=no").splitlines() if line]
     if not changed:
         return commit, _gzip(_git(top, "archive", "--format=tar", commit, binary=True))

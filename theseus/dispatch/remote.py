@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from theseus.errors import TheseusError
+from theseus.errors import BadInput, TheseusError
 
 __all__ = ["FREE_PORT", "HostUnreachable", "LaunchFailed", "Launched", "Ssh", "absolute", "require_host", "ship",
            "ship_files"]
@@ -211,8 +211,8 @@ def require_host(host: Any, kind: str, needs: str) -> None:
     >>> require_host(box, "slurm", "f needs a slurm host")
     Traceback (most recent call last):
     ...
-    ValueError: f needs a slurm host, got 'ssh' host 'box'
+    theseus.errors.BadInput: f needs a slurm host, got 'ssh' host 'box'
     """
     if getattr(host, "type", None) != kind:
         kind_of = getattr(host, "type", type(host).__name__)
-        raise ValueError(f"{needs}, got {kind_of!r} host {getattr(host, 'name', host)!r}")
+        raise BadInput(f"{needs}, got {kind_of!r} host {getattr(host, 'name', host)!r}")

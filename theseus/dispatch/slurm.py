@@ -53,6 +53,7 @@ from theseus.dispatch.remote import (
     ship,
 )
 from theseus.dispatch.stage import device_env, exports, new_stage, stage_files
+from theseus.errors import BadInput
 
 __all__ = ["Login", "launch_slurm", "sbatch_script", "job_state"]
 
@@ -76,7 +77,7 @@ def sbatch_script(spec: Any, placement: Any, stage: str | None = None, uv: str |
     require_host(host, "slurm", "sbatch_script needs a slurm host")
     nodes, n = placement.nodes, placement.processes
     if nodes < 1 or n % nodes:
-        raise ValueError(f"slurm host {host.name!r}: {n} processes do not split evenly over {nodes} nodes")
+        raise BadInput(f"slurm host {host.name!r}: {n} processes do not split evenly over {nodes} nodes")
     stage = stage or f"{placement.cluster.work_dir}/launches/{spec.nonce}"
     per_node = n // nodes
     cpus = host.cpus_per_task or (placement.chips_per_process if host.chip == "cpu" else None)

@@ -46,7 +46,7 @@ class Request:
     >>> Request(chip="cpu", n=0)
     Traceback (most recent call last):
     ...
-    ValueError: a request needs at least one chip, got n=0
+    theseus.errors.BadInput: a request needs at least one chip, got n=0
     """
 
     chip: str
@@ -60,19 +60,19 @@ class Request:
         for name in ("prefer", "forbid"):
             value = getattr(self, name)
             if isinstance(value, str):
-                raise ValueError(f"Request.{name} is a list of cluster names, got the string {value!r}")
+                raise BadInput(f"Request.{name} is a list of cluster names, got the string {value!r}")
             object.__setattr__(self, name, tuple(value))
         if not isinstance(self.chip, str) or not self.chip:
-            raise ValueError(f"a request needs a chip kind (cpu, h100, v5p...), got {self.chip!r}")
+            raise BadInput(f"a request needs a chip kind (cpu, h100, v5p...), got {self.chip!r}")
         if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
-            raise ValueError(f"a request needs at least one chip, got n={self.n!r}")
+            raise BadInput(f"a request needs at least one chip, got n={self.n!r}")
         for name in ("memory_gb", "cpus"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-                raise ValueError(f"Request.{name} must be a positive number or None, got {value!r}")
+                raise BadInput(f"Request.{name} must be a positive number or None, got {value!r}")
         both = sorted(set(self.prefer) & set(self.forbid))
         if both:
-            raise ValueError(f"cluster(s) {', '.join(both)} both preferred and forbidden")
+            raise BadInput(f"cluster(s) {', '.join(both)} both preferred and forbidden")
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def solve(inventory: Inventory, request: Request) -> Placement:
         if name not in names:
             near = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
             hint = f"; did you mean {near[0]!r}?" if near else ""
-            raise ValueError(f"unknown cluster {name!r} in the request{hint} "
+            raise BadInput(f"unknown cluster {name!r} in the request{hint} "
                              f"(clusters in {inventory.path}: {', '.join(names) or 'none'})")
     rank = {name: i for i, name in enumerate(request.prefer)}
     # stable: inventory order within a rank

@@ -30,6 +30,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+from theseus.errors import BadInput
 from theseus.experiments import Experiment
 from theseus.store.node import Node, check_nonce, decode_id
 
@@ -64,7 +65,7 @@ class LaunchSpec:
     >>> LaunchSpec("data/tokenize/pydoc", "tok", "", "/tmp/r", nonce="xyz")
     Traceback (most recent call last):
     ...
-    ValueError: launch spec field 'nonce': nonce must be 6 lowercase hex characters, got 'xyz'
+    theseus.errors.BadInput: launch spec field 'nonce': nonce must be 6 lowercase hex characters, got 'xyz'
     """
 
     job_key: str
@@ -85,34 +86,34 @@ class LaunchSpec:
             _check_type(name, getattr(self, name), str)
         if not self.job_key or not self.run_name or not self.root:
             empty = next(n for n in ("job_key", "run_name", "root") if not getattr(self, n))
-            raise ValueError(f"launch spec field {empty!r} must not be empty")
+            raise BadInput(f"launch spec field {empty!r} must not be empty")
         _check_type("resume", self.resume, bool)
         _check_type("auto_resume", self.auto_resume, bool)
         if self.base_node is not None:
             _check_type("base_node", self.base_node, str)
             _field("base_node", decode_id, self.base_node)
         elif self.resume:
-            raise ValueError("launch spec: resume=True needs a base_node to resume from")
+            raise BadInput("launch spec: resume=True needs a base_node to resume from")
         nonce = self.nonce or self._default_nonce()
         _field("nonce", check_nonce, nonce)
         _field("run_name", Node.start, self.run_name)
         if self.resume and nonce != decode_id(self.base_node)[1]:
-            raise ValueError(f"launch spec: resume=True continues the lineage of {self.base_node}, so the nonce "
+            raise BadInput(f"launch spec: resume=True continues the lineage of {self.base_node}, so the nonce "
                              f"must be {decode_id(self.base_node)[1]!r}, got {nonce!r} (use resume=False to branch)")
         groups = tuple(self.groups) if isinstance(self.groups, (list, tuple)) else self.groups
         _check_type("groups", groups, tuple)
         for group in groups:
             if not isinstance(group, str) or not _GROUP.match(group):
-                raise ValueError(f"launch spec field 'groups': {group!r} is not a uv dependency group name")
+                raise BadInput(f"launch spec field 'groups': {group!r} is not a uv dependency group name")
         _check_type("env", self.env, Mapping)
         for key, value in self.env.items():
             if not isinstance(key, str) or not _ENV_NAME.match(key) or not isinstance(value, str):
-                raise ValueError(f"launch spec field 'env': {key!r}={value!r} is not NAME=string")
+                raise BadInput(f"launch spec field 'env': {key!r}={value!r} is not NAME=string")
         experiments = tuple(self.experiments) if isinstance(self.experiments, (list, tuple)) else self.experiments
         _check_type("experiments", experiments, tuple)
         for experiment in experiments:
             if not isinstance(experiment, Experiment):
-                raise ValueError(f"launch spec field 'experiments': a {type(experiment).__name__} is not an Experiment")
+                raise BadInput(f"launch spec field 'experiments': a {type(experiment).__name__} is not an Experiment")
         object.__setattr__(self, "nonce", nonce)
         object.__setattr__(self, "groups", groups)
         object.__setattr__(self, "experiments", experiments)
@@ -179,29 +180,29 @@ class LaunchSpec:
         ...                       "config_yaml": "", "root": "/r", "colour": "red"})
         Traceback (most recent call last):
         ...
-        ValueError: launch spec has unknown field(s) colour; known: auto_resume, base_node, config_yaml, env, experiments, groups, job_key, nonce, resume, revision, root, run_name
+        theseus.errors.BadInput: launch spec has unknown field(s) colour; known: auto_resume, base_node, config_yaml, env, experiments, groups, job_key, nonce, resume, revision, root, run_name
         """  # noqa: E501 - a doctest's expected output, printed on one line
         if not isinstance(data, dict):
-            raise ValueError(f"a launch spec is a JSON object, got {type(data).__name__}")
+            raise BadInput(f"a launch spec is a JSON object, got {type(data).__name__}")
         data = dict(data)
         fmt = data.pop("format", None)
         if fmt != FORMAT:
-            raise ValueError(f"not a theseus launch spec: format {fmt!r}, expected {FORMAT!r}")
+            raise BadInput(f"not a theseus launch spec: format {fmt!r}, expected {FORMAT!r}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"launch spec has unknown field(s) {', '.join(unknown)}; "
+            raise BadInput(f"launch spec has unknown field(s) {', '.join(unknown)}; "
                              f"known: {', '.join(sorted(known))}")
         missing = sorted(n for n in ("job_key", "run_name", "config_yaml", "root") if n not in data)
         if missing:
-            raise ValueError(f"launch spec is missing field(s) {', '.join(missing)}")
+            raise BadInput(f"launch spec is missing field(s) {', '.join(missing)}")
         if isinstance(data.get("groups"), list):
             data["groups"] = tuple(data["groups"])
         if isinstance(data.get("experiments"), list):
             try:
                 data["experiments"] = tuple(Experiment.from_dict(e) for e in data["experiments"])
             except ValueError as e:
-                raise ValueError(f"launch spec field 'experiments': {e}") from None
+                raise BadInput(f"launch spec field 'experiments': {e}") from None
         return cls(**data)
 
     @classmethod
@@ -211,22 +212,22 @@ class LaunchSpec:
         >>> LaunchSpec.from_json("[1, 2]")
         Traceback (most recent call last):
         ...
-        ValueError: a launch spec is a JSON object, got list
+        theseus.errors.BadInput: a launch spec is a JSON object, got list
         """
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise ValueError(f"a launch spec must be JSON: {e}") from None
+            raise BadInput(f"a launch spec must be JSON: {e}") from None
         return cls.from_dict(data)
 
 
 def _check_type(name: str, value: Any, kind: type) -> None:
     if not isinstance(value, kind):
-        raise ValueError(f"launch spec field {name!r} must be {kind.__name__}, got {type(value).__name__} {value!r}")
+        raise BadInput(f"launch spec field {name!r} must be {kind.__name__}, got {type(value).__name__} {value!r}")
 
 
 def _field(name: str, check: Any, value: Any) -> None:
     try:
         check(value)
     except ValueError as e:
-        raise ValueError(f"launch spec field {name!r}: {e}") from None
+        raise BadInput(f"launch spec field {name!r}: {e}") from None

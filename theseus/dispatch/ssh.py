@@ -28,7 +28,7 @@ folder or ``gs://``).
 >>> launch_ssh(LaunchSpec("k/x", "r", "", "/r", nonce="abcdef"), placement, b"")
 Traceback (most recent call last):
 ...
-ValueError: ssh host 'box': 2 processes of h100 chips on one host; ...
+theseus.errors.BadInput: ssh host 'box': 2 processes of h100 chips on one host; ...
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from typing import IO, Any
 
 from theseus.dispatch.remote import Launched, LaunchFailed, Ssh, absolute, require_host, ship
 from theseus.dispatch.stage import device_env, exports, new_stage, stage_files
+from theseus.errors import BadInput
 
 __all__ = ["launch_ssh"]
 
@@ -96,7 +97,7 @@ def launch_ssh(spec: Any, placement: Any, tarball: bytes, *, uv: str | None = No
     host, n = placement.host, placement.processes
     require_host(host, "ssh", "launch_ssh needs an ssh host")
     if n > 1 and host.chip != "cpu":
-        raise ValueError(f"ssh host {host.name!r}: {n} processes of {host.chip} chips on one host; an ssh host runs "
+        raise BadInput(f"ssh host {host.name!r}: {n} processes of {host.chip} chips on one host; an ssh host runs "
                          "one process that sees all its chips (use chips_per_process = the host's chips)")
     ssh = Ssh.of(host, known_hosts)
     home, port = ssh.probe(host.python, host.name)

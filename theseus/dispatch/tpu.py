@@ -38,6 +38,7 @@ from theseus.dispatch.inventory import TpuHost
 from theseus.dispatch.solver import Placement
 from theseus.dispatch.spec import LaunchSpec
 from theseus.dispatch.stage import COORDINATOR_PORT, job_name, launch_script
+from theseus.errors import BadInput
 
 __all__ = ["format_commands", "tpu_commands", "worker_preamble"]
 
@@ -63,10 +64,10 @@ def tpu_commands(spec: LaunchSpec, placement: Placement, *, tarball: str, keep: 
     if not isinstance(host, TpuHost):
         raise TypeError(f"TPU commands need a tpu host, got {host.type} host {host.name!r}")
     if placement.processes != host.workers:
-        raise ValueError(f"slice {host.accelerator_type} has {host.workers} workers, the placement asks for "
+        raise BadInput(f"slice {host.accelerator_type} has {host.workers} workers, the placement asks for "
                          f"{placement.processes} processes (one per worker)")
     if not cluster.work_dir.startswith("/"):
-        raise ValueError(f"TPU workers need an absolute work_dir, got {cluster.work_dir!r} "
+        raise BadInput(f"TPU workers need an absolute work_dir, got {cluster.work_dir!r} "
                          f"in cluster {cluster.name!r}: "
                          "the commands are written before any worker exists, so ~ cannot be resolved "
                          "(try /tmp/theseus)")

@@ -90,10 +90,10 @@ def volcano_manifest(spec: LaunchSpec, placement: Placement, *, tarball: str | N
     mount = host.volume.mount_path
     tarball = tarball or posixpath.join(cluster.work_dir, f"{spec.revision}.tar.gz")
     if not _under(tarball, mount):
-        raise ValueError(f"the code tarball {tarball} is not on host {host.name!r}'s volume (mounted at {mount}): "
+        raise BadInput(f"the code tarball {tarball} is not on host {host.name!r}'s volume (mounted at {mount}): "
                          f"pods could not read it (set cluster {cluster.name!r}'s work_dir under {mount})")
     if "://" not in spec.root and not _under(spec.root, mount):
-        raise ValueError(f"root {spec.root} is neither on host {host.name!r}'s volume (mounted at {mount}) nor a URL: "
+        raise BadInput(f"root {spec.root} is neither on host {host.name!r}'s volume (mounted at {mount}) nor a URL: "
                          "what the pods write would be lost")
     name = job_name(spec)
     env = {**host.env, "THESEUS_NUM_PROCESSES": str(placement.processes)}

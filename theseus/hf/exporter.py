@@ -28,6 +28,7 @@ import ml_dtypes
 import numpy as np
 import yaml
 
+from theseus.errors import BadInput
 from theseus.hf import gpt
 from theseus.hf.layout import DTYPES, GENERATION_FILE, TOKENIZER_FILES, TOKENIZER_FOLDER
 from theseus.hf.safetensors_io import SHARD_BYTES, write_folder
@@ -44,16 +45,16 @@ def export_dtype(name: str) -> str:
     >>> export_dtype("int8")
     Traceback (most recent call last):
     ...
-    ValueError: unknown export dtype 'int8': use bf16, fp16 or fp32
+    theseus.errors.BadInput: unknown export dtype 'int8': use bf16, fp16 or fp32
     """
     if name not in DTYPES:
-        raise ValueError(f"unknown export dtype {name!r}: use bf16, fp16 or fp32")
+        raise BadInput(f"unknown export dtype {name!r}: use bf16, fp16 or fp32")
     return DTYPES[name]
 
 
 def _check_out(out: str) -> None:
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise ValueError(f"{out} exists and is not an empty folder: an export never overwrites files")
+        raise BadInput(f"{out} exists and is not an empty folder: an export never overwrites files")
 
 
 def _params(folder: str, sealed: Any) -> Callable[[str], np.ndarray | None]:
@@ -75,7 +76,7 @@ def _architecture_family(store: Store, node: Node) -> str:
     cls = get_job(run[JOB], run.get(JOB_SOURCE)) if run.get(JOB) else None
     model = getattr(cls, "MODEL", None)
     if model is None:
-        raise ValueError(f"node {node.id} is of a {run.get(JOB)} run, not a training job: it has no model to export")
+        raise BadInput(f"node {node.id} is of a {run.get(JOB)} run, not a training job: it has no model to export")
     return model.name
 
 
@@ -87,7 +88,7 @@ def _converters(family: str, architecture: dict) -> tuple[Callable[..., dict], C
     >>> _converters("mamba", {})
     Traceback (most recent call last):
     ...
-    ValueError: a 'mamba' model has no Hugging Face export: theseus exports gpt, llama, mistral, qwen2, qwen3, gemma, gpt_neox
+    theseus.errors.BadInput: a 'mamba' model has no Hugging Face export: theseus exports gpt, llama, mistral, qwen2, qwen3, gemma, gpt_neox
     """  # noqa: E501 - a doctest's expected output, printed on one line
     if family == "gpt":
         return (lambda **ids: gpt.config_to_hf(architecture, **ids),
@@ -96,7 +97,7 @@ def _converters(family: str, architecture: dict) -> tuple[Callable[..., dict], C
     from theseus.model.decoder_config import FAMILIES, DecoderConfig
 
     if family not in FAMILIES:
-        raise ValueError(f"a {family!r} model has no Hugging Face export: theseus exports gpt, {', '.join(FAMILIES)}")
+        raise BadInput(f"a {family!r} model has no Hugging Face export: theseus exports gpt, {', '.join(FAMILIES)}")
     cfg = DecoderConfig.from_mapping({**architecture, "family": family})
     convert.config_to_hf(cfg)  # a config the family cannot express fails before the folder is written
     return (lambda **ids: convert.config_to_hf(cfg, **ids),
@@ -145,7 +146,7 @@ def export_hf(root: str | Store, target: str | Node, out: str, dtype: str = "bf1
     >>> export_hf(tempfile.mkdtemp(), "abc123", tempfile.mkdtemp(), dtype="int4")
     Traceback (most recent call last):
     ...
-    ValueError: unknown export dtype 'int4': use bf16, fp16 or fp32
+    theseus.errors.BadInput: unknown export dtype 'int4': use bf16, fp16 or fp32
     """
     from theseus.replay.restore import checkpoint_for  # lazily: it loads the trainer (JAX)
     from theseus.replay.verify import checkpoint_config

@@ -20,7 +20,7 @@ by the jobs of that root, so the root can move): data tokenized for the model na
 >>> import_hf(tempfile.mkdtemp(), tempfile.mkdtemp())  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-ValueError: ... has no config.json: not a Hugging Face model folder
+theseus.errors.BadInput: ... has no config.json: not a Hugging Face model folder
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from theseus.errors import BadInput
 from theseus.hf.layout import GENERATION_FILE, HF_CONFIG_FILE, SOURCE_FILE, TOKENIZER_FILES, TOKENIZER_FOLDER
 from theseus.hf.safetensors_io import SafetensorsFolder
 from theseus.store import Node, Store
@@ -102,7 +103,7 @@ def _tokenizer_files(folder: str) -> list[str]:
 
     kept = [n for n in TOKENIZER_FILES if os.path.isfile(os.path.join(folder, n))]
     if "tokenizer.json" not in kept:
-        raise ValueError(f"{folder} has no tokenizer.json: theseus reads a model's tokenizer with the `tokenizers` "
+        raise BadInput(f"{folder} has no tokenizer.json: theseus reads a model's tokenizer with the `tokenizers` "
                          "library (save it with a fast tokenizer: AutoTokenizer.from_pretrained(...).save_pretrained)")
     get_tokenizer("huggingface", folder)  # no end-of-text token: an error naming the fix
     return kept
@@ -132,20 +133,20 @@ def import_hf(folder: str, root: str | Store, name: str | None = None, dtype: st
 
     folder = os.path.abspath(os.fspath(folder))
     if not os.path.isdir(folder):
-        raise ValueError(f"{folder} is not a folder")
+        raise BadInput(f"{folder} is not a folder")
     where = os.path.join(folder, "config.json")
     if not os.path.isfile(where):
-        raise ValueError(f"{folder} has no config.json: not a Hugging Face model folder")
+        raise BadInput(f"{folder} has no config.json: not a Hugging Face model folder")
     with open(where) as f:
         hf_config = json.load(f)
     if not isinstance(hf_config, dict):
-        raise ValueError(f"{where} is not a JSON object")
+        raise BadInput(f"{where} is not a JSON object")
     tensors = SafetensorsFolder(folder)  # refuses pickles before anything is written
     family, architecture, convert_params = model_of(hf_config)
     stored = {str(tensors.read(n).dtype) for n in tensors.names[:1]}
     param_dtype = dtype or (stored.pop() if stored else "float32")
     if param_dtype not in PARAM_DTYPES:
-        raise ValueError(f"parameters stored as {param_dtype}: import them with dtype {', '.join(PARAM_DTYPES)}")
+        raise BadInput(f"parameters stored as {param_dtype}: import them with dtype {', '.join(PARAM_DTYPES)}")
     architecture["dtype"]["param"] = param_dtype
     kept = _tokenizer_files(folder)
     store = root if isinstance(root, Store) else Store(root)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import theseus.train.jobs  # noqa: F401 - registers the pretraining jobs these extend
+from theseus.errors import BadInput
 from theseus.jobs import job, registry
 
 __all__ = ["IMPORTED", "NoData", "job_key"]
@@ -47,7 +48,7 @@ class NoData:
     >>> NoData("train", 8, 16).batch(0)
     Traceback (most recent call last):
     ...
-    ValueError: an imported run has no data: train a model from it with training.init_from=<its node or nonce>
+    theseus.errors.BadInput: an imported run has no data: train a model from it with training.init_from=<its ...
     """
 
     dataset = _NoDataset()
@@ -57,7 +58,7 @@ class NoData:
 
     def batch(self, k: int, rows: Any = None) -> dict:
         """No batch: raises, naming ``training.init_from``."""
-        raise ValueError("an imported run has no data: train a model from it with training.init_from=<its node or "
+        raise BadInput("an imported run has no data: train a model from it with training.init_from=<its node or "
                          "nonce>")
 
 
@@ -74,7 +75,7 @@ class _Imported:
 
     def setup(self) -> None:
         """Refused: an import is written by ``theseus import hf``, not run."""
-        raise ValueError(f"{self.key} runs are written by `theseus import hf`, not run: train a model from one with "
+        raise BadInput(f"{self.key} runs are written by `theseus import hf`, not run: train a model from one with "
                          "training.init_from=<its node or nonce> in a training job")
 
 

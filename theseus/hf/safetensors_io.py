@@ -27,6 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 import ml_dtypes
 import numpy as np
 
+from theseus.errors import BadInput
+
 #: the single file of an unsharded folder, and the index of a sharded one
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -272,7 +274,7 @@ def write_folder(folder: str, tensors: Iterable[tuple[str, np.ndarray]], shard_b
     for name, array in tensors:
         array = np.asarray(array)
         if array.dtype not in _NAMES:
-            raise ValueError(f"tensor {name!r} has dtype {array.dtype}, which safetensors does not hold")
+            raise BadInput(f"tensor {name!r} has dtype {array.dtype}, which safetensors does not hold")
         size = array.dtype.itemsize * array.size
         if shards[-1] and held + size > shard_bytes:
             shards.append([])

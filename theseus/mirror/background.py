@@ -30,6 +30,7 @@ from typing import Any
 
 from loguru import logger
 
+from theseus.errors import BadInput
 from theseus.mirror.sinks import Sink, scalars
 
 _CLOSE = object()  # the queue's last item: the worker closes the sink and ends
@@ -74,7 +75,7 @@ class Mirror:
     def __init__(self, open_sink: Callable[[], Sink], label: str, *, capacity: int = 1024,
                  close_timeout: float = 120.0, log: Any = logger):
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+            raise BadInput(f"capacity must be a positive int, got {capacity!r}")
         self.label = label
         self.log = log
         self.close_timeout = close_timeout

@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from theseus.errors import BadInput
 from theseus.mirror.sinks import MirrorRun, scalars
 from theseus.mirror.to_tensorboard import EventFile, is_event_file, run_folder
 from theseus.store import EmptyResult, Node, Store, schema
@@ -48,7 +49,7 @@ def step_offset(store: Store, nonce: str, _seen: frozenset[str] = frozenset()) -
     (0, 2)
     """
     if nonce in _seen:
-        raise ValueError(f"lineage {nonce} is its own ancestor (a corrupt parent chain)")
+        raise BadInput(f"lineage {nonce} is its own ancestor (a corrupt parent chain)")
     try:
         first = store.find().nonce(nonce).seq(0).first()
     except EmptyResult:
@@ -84,7 +85,7 @@ def export_tensorboard(root: str | Store, nonces: Sequence[str], out: str) -> li
     >>> export_tensorboard(tempfile.mkdtemp(), ["abc123"], tempfile.mkdtemp())
     Traceback (most recent call last):
     ...
-    ValueError: no run with nonce 'abc123' in ...
+    theseus.errors.BadInput: no run with nonce 'abc123' in ...
     """
     store = root if isinstance(root, Store) else Store(root)
     runs = store.runs()
@@ -92,12 +93,12 @@ def export_tensorboard(root: str | Store, nonces: Sequence[str], out: str) -> li
     wanted = list(dict.fromkeys(nonces)) or list(names)
     for nonce in wanted:
         if nonce not in names:
-            raise ValueError(f"no run with nonce {nonce!r} in {store.root}")
+            raise BadInput(f"no run with nonce {nonce!r} in {store.root}")
     todo = [MirrorRun(names[n], n, run_config(store, n), folder=out) for n in wanted]
     for run in todo:
         folder = run_folder(run)
         if os.path.isdir(folder) and any(is_event_file(name) for name in os.listdir(folder)):
-            raise ValueError(f"{folder} already holds event files; export into another folder or remove it first")
+            raise BadInput(f"{folder} already holds event files; export into another folder or remove it first")
     written = []
     for run in todo:
         offset = step_offset(store, run.nonce)

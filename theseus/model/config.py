@@ -17,6 +17,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from theseus.errors import BadInput
+
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 # nested key in the config file -> flat field name
@@ -62,7 +64,7 @@ class GPTConfig(DtypePolicy):
     >>> GPTConfig(n_embd=64, n_head=5)
     Traceback (most recent call last):
     ...
-    ValueError: n_embd (64) must be divisible by n_head (5)
+    theseus.errors.BadInput: n_embd (64) must be divisible by n_head (5)
     """
 
     param_dtype: str = "float32"
@@ -84,25 +86,25 @@ class GPTConfig(DtypePolicy):
         for name in ("param_dtype", "activation_dtype"):
             value = getattr(self, name)
             if value not in DTYPES:
-                raise ValueError(f"{name} {value!r} is not a known dtype; use one of {sorted(DTYPES)}")
+                raise BadInput(f"{name} {value!r} is not a known dtype; use one of {sorted(DTYPES)}")
         for name in ("n_embd", "n_layers", "n_head", "block_size", "vocab_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+                raise BadInput(f"{name} must be a positive int, got {value!r}")
         if self.n_embd % self.n_head != 0:
-            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+            raise BadInput(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.rope and self.head_dim % 2 != 0:
-            raise ValueError(
+            raise BadInput(
                 f"rope needs an even head_dim, got n_embd/n_head = {self.n_embd}/{self.n_head} = {self.head_dim}"
             )
         if not isinstance(self.intermediate_size, int) or (
             self.intermediate_size != -1 and self.intermediate_size <= 0
         ):
-            raise ValueError(f"intermediate_size must be -1 or a positive int, got {self.intermediate_size!r}")
+            raise BadInput(f"intermediate_size must be -1 or a positive int, got {self.intermediate_size!r}")
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+            raise BadInput(f"dropout must be in [0, 1), got {self.dropout!r}")
         if not self.layer_norm_eps > 0:
-            raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
+            raise BadInput(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
 
     @property
     def head_dim(self) -> int:
@@ -142,7 +144,7 @@ class GPTConfig(DtypePolicy):
                 unknown.append(str(key))
         if unknown:
             known = sorted(fields - set(_NESTED.values())) + [".".join(k) for k in _NESTED]
-            raise ValueError(f"unknown architecture keys {unknown}; known keys are {sorted(known)}")
+            raise BadInput(f"unknown architecture keys {unknown}; known keys are {sorted(known)}")
         return cls(**kwargs)
 
     def to_mapping(self) -> dict[str, Any]:

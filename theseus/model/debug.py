@@ -33,6 +33,8 @@ import jax
 import numpy as np
 from loguru import logger
 
+from theseus.errors import BadInput
+
 
 class _Captured(Exception):
     """Raised inside the forward pass once the wanted module has returned, to stop early."""
@@ -49,7 +51,7 @@ def normalize_path(path: str | Sequence[str]) -> tuple[str, ...]:
     else:
         parts = tuple(str(p) for p in path)
     if not parts:
-        raise ValueError("a module path needs at least one name, like ('blocks_0', 'mlp')")
+        raise BadInput("a module path needs at least one name, like ('blocks_0', 'mlp')")
     return parts
 
 
@@ -211,7 +213,7 @@ class DebugLayer:
         """The bound flax module (ValueError once closed)."""
         module = object.__getattribute__(self, "_module")
         if module is None:
-            raise ValueError("this debug layer is closed")
+            raise BadInput("this debug layer is closed")
         return module
 
     @property
@@ -346,7 +348,7 @@ def capture(model: nn.Module, variables: Any, path: str | Sequence[str], *args: 
     except _Captured:
         pass
     if not found:
-        raise ValueError(f"no module at path {'/'.join(path)} was called in the forward pass; "
+        raise BadInput(f"no module at path {'/'.join(path)} was called in the forward pass; "
                          "list paths with find_modules(model, variables, ModuleType, ...)")
     module = found["module"]
     sub = {col: tree for col in variables if (tree := _subtree(variables[col], path)) is not None}

@@ -37,6 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from theseus.errors import BadInput
+
 __all__ = ["Generated", "Sampler", "cached_logits", "filter_logits", "generate_tokens", "sample_logits"]
 
 
@@ -51,7 +53,7 @@ class Sampler:
     >>> Sampler(top_p=0.0)
     Traceback (most recent call last):
     ...
-    ValueError: top_p must be in (0, 1], got 0.0
+    theseus.errors.BadInput: top_p must be in (0, 1], got 0.0
     """
 
     temperature: float = 1.0
@@ -61,11 +63,11 @@ class Sampler:
     def __post_init__(self):
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
                 or not self.temperature >= 0:
-            raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {self.temperature!r}")
+            raise BadInput(f"temperature must be a number >= 0 (0: greedy), got {self.temperature!r}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, (int, np.integer)) or self.top_k < 0:
-            raise ValueError(f"top_k must be an integer >= 0 (0: no top-k), got {self.top_k!r}")
+            raise BadInput(f"top_k must be an integer >= 0 (0: no top-k), got {self.top_k!r}")
         if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+            raise BadInput(f"top_p must be in (0, 1], got {self.top_p!r}")
         object.__setattr__(self, "temperature", float(self.temperature))
         object.__setattr__(self, "top_k", int(self.top_k))
         object.__setattr__(self, "top_p", float(self.top_p))
@@ -151,16 +153,16 @@ def _config_value(module: Any, name: str) -> int:
 def _padded(prompts: Sequence[Sequence[int]], width: int, vocab_size: int, fill: int) -> tuple[np.ndarray, np.ndarray]:
     """Prompts right-padded with ``fill`` into [B, width], and their lengths; bad prompts raise."""
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
-        raise ValueError("prompts must be a non-empty list of token-id lists")
+        raise BadInput("prompts must be a non-empty list of token-id lists")
     rows = np.full((len(prompts), width), fill, np.int32)
     lengths = np.zeros(len(prompts), np.int32)
     for b, prompt in enumerate(prompts):
         ids = np.asarray(list(prompt), dtype=np.int64)
         if ids.ndim != 1 or ids.size == 0:
-            raise ValueError(f"prompt {b} is empty: decoding needs at least one token to start from")
+            raise BadInput(f"prompt {b} is empty: decoding needs at least one token to start from")
         bad = ids[(ids < 0) | (ids >= vocab_size)]
         if bad.size:
-            raise ValueError(f"prompt {b} holds token id {int(bad[0])}, outside the model's vocabulary of "
+            raise BadInput(f"prompt {b} holds token id {int(bad[0])}, outside the model's vocabulary of "
                              f"{vocab_size} (was it encoded with the run's tokenizer?)")
         rows[b, : ids.size] = ids
         lengths[b] = ids.size
@@ -191,21 +193,21 @@ def generate_tokens(module: Any, params: Any, prompts: Sequence[Sequence[int]], 
     >>> generate_tokens(model, params, [[1, 2, 3, 4, 5]], 4)
     Traceback (most recent call last):
     ...
-    ValueError: the longest prompt (5 tokens) plus max_new_tokens (4) is 9, more than the model's block_size (8)
+    theseus.errors.BadInput: the longest prompt (5 tokens) plus max_new_tokens (4) is 9, more than the model's ...
     """
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+        raise BadInput(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
     sampler = Sampler() if sampler is None else sampler
     if not isinstance(sampler, Sampler):
         raise TypeError(f"sampler must be a theseus.model.decode.Sampler, got {sampler!r}")
     block_size, vocab_size = _config_value(module, "block_size"), _config_value(module, "vocab_size")
     if vocab_limit is not None and not 0 < vocab_limit <= vocab_size:
-        raise ValueError(f"vocab_limit must be in 1..{vocab_size} (the model's vocabulary), got {vocab_limit}")
+        raise BadInput(f"vocab_limit must be in 1..{vocab_size} (the model's vocabulary), got {vocab_limit}")
     if eot is not None and not 0 <= eot < vocab_size:
-        raise ValueError(f"the end-of-text token {eot} is outside the model's vocabulary of {vocab_size}")
+        raise BadInput(f"the end-of-text token {eot} is outside the model's vocabulary of {vocab_size}")
     longest = max((len(p) for p in prompts), default=0) if isinstance(prompts, Sequence) else 0
     if longest + max_new_tokens > block_size:
-        raise ValueError(f"the longest prompt ({longest} tokens) plus max_new_tokens ({max_new_tokens}) is "
+        raise BadInput(f"the longest prompt ({longest} tokens) plus max_new_tokens ({max_new_tokens}) is "
                          f"{longest + max_new_tokens}, more than the model's block_size ({block_size})")
     rows, lengths = _padded(prompts, longest + int(max_new_tokens), vocab_size, 0 if eot is None else eot)
     use_cache = hasattr(module, "init_cache") if cache is None else bool(cache)
@@ -287,7 +289,7 @@ def cached_logits(module: Any, params: Any, tokens: jax.Array, prompt_length: in
     tokens = jnp.asarray(tokens, jnp.int32)
     B, T = tokens.shape
     if not 0 < prompt_length <= T:
-        raise ValueError(f"prompt_length must be in 1..{T}, got {prompt_length}")
+        raise BadInput(f"prompt_length must be in 1..{T}, got {prompt_length}")
     variables = {"params": params}
     positions = jnp.broadcast_to(jnp.arange(T)[None, :], (B, T))
     logits, kv = module.apply(variables, tokens[:, :prompt_length], positions=positions[:, :prompt_length],

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from theseus.errors import BadInput
 from theseus.model.config import DTYPES, DtypePolicy
 
 #: how each family departs from the defaults (Llama's): the switches `for_family` sets
@@ -40,7 +41,7 @@ REMAT_POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_bat
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ValueError(f"{name} {value!r} is not one of {', '.join(allowed)}")
+        raise BadInput(f"{name} {value!r} is not one of {', '.join(allowed)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,11 +58,11 @@ class DecoderConfig(DtypePolicy):
     >>> DecoderConfig(n_embd=64, n_head=4, n_kv_head=3)
     Traceback (most recent call last):
     ...
-    ValueError: n_head (4) must be a multiple of n_kv_head (3)
+    theseus.errors.BadInput: n_head (4) must be a multiple of n_kv_head (3)
     >>> DecoderConfig(rope_scaling="yarn")
     Traceback (most recent call last):
     ...
-    ValueError: rope_scaling 'yarn' is not one of none, linear, llama3
+    theseus.errors.BadInput: rope_scaling 'yarn' is not one of none, linear, llama3
     """
 
     family: str = "llama"
@@ -113,29 +114,29 @@ class DecoderConfig(DtypePolicy):
                      "rope_original_max_position"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+                raise BadInput(f"{name} must be a positive int, got {value!r}")
         for name in ("n_kv_head", "head_dim"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or (value != -1 and value <= 0):
-                raise ValueError(f"{name} must be -1 or a positive int, got {value!r}")
+                raise BadInput(f"{name} must be -1 or a positive int, got {value!r}")
         if self.head_dim == -1 and self.n_embd % self.n_head:
-            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}) "
+            raise BadInput(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}) "
                              "unless head_dim is set")
         if self.n_head % self.kv_heads:
-            raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.kv_heads})")
+            raise BadInput(f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.kv_heads})")
         if not 0 < self.rotary_pct <= 1 or self.rotary_dim < 2 or self.rotary_dim % 2:
-            raise ValueError(f"rotary_pct {self.rotary_pct} must be in (0, 1] and rotate an even number (>= 2) of dims "
+            raise BadInput(f"rotary_pct {self.rotary_pct} must be in (0, 1] and rotate an even number (>= 2) of dims "
                              f"(here {self.rotary_dim} of head_dim {self.head_size})")
         if isinstance(self.sliding_window, bool) or not isinstance(self.sliding_window, int) or self.sliding_window < 0:
-            raise ValueError(f"sliding_window must be an int >= 0 (0: no window), got {self.sliding_window!r}")
+            raise BadInput(f"sliding_window must be an int >= 0 (0: no window), got {self.sliding_window!r}")
         for name in ("norm_eps", "rope_theta", "rope_factor"):
             if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+                raise BadInput(f"{name} must be positive, got {getattr(self, name)!r}")
         if self.rope_scaling == "llama3" and not self.rope_high_freq_factor > self.rope_low_freq_factor > 0:
-            raise ValueError("llama3 rope scaling needs rope_high_freq_factor > rope_low_freq_factor > 0, got "
+            raise BadInput("llama3 rope scaling needs rope_high_freq_factor > rope_low_freq_factor > 0, got "
                              f"{self.rope_high_freq_factor} and {self.rope_low_freq_factor}")
         if self.norm == "rmsnorm" and self.norm_bias:
-            raise ValueError("norm_bias needs norm='layernorm' (an RMSNorm has no bias)")
+            raise BadInput("norm_bias needs norm='layernorm' (an RMSNorm has no bias)")
 
     @classmethod
     def for_family(cls, family: str, **fields: Any) -> DecoderConfig:
@@ -145,7 +146,7 @@ class DecoderConfig(DtypePolicy):
         True
         """
         if family not in FAMILIES:
-            raise ValueError(f"unknown decoder family {family!r}; known: {', '.join(FAMILIES)}")
+            raise BadInput(f"unknown decoder family {family!r}; known: {', '.join(FAMILIES)}")
         return cls(**{"family": family, **FAMILIES[family], **fields})
 
     @property
@@ -186,7 +187,7 @@ class DecoderConfig(DtypePolicy):
         >>> DecoderConfig.from_mapping({"n_emb": 3})
         Traceback (most recent call last):
         ...
-        ValueError: unknown decoder architecture keys ['n_emb']; did you mean n_embd?
+        theseus.errors.BadInput: unknown decoder architecture keys ['n_emb']; did you mean n_embd?
         """
         fields = {f.name for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
@@ -210,7 +211,7 @@ class DecoderConfig(DtypePolicy):
 
             close = difflib.get_close_matches(unknown[0], sorted(fields), n=1)
             hint = f"did you mean {close[0]}?" if close else f"known keys are {sorted(fields)}"
-            raise ValueError(f"unknown decoder architecture keys {unknown}; {hint}")
+            raise BadInput(f"unknown decoder architecture keys {unknown}; {hint}")
         family = kwargs.pop("family", None)
         return cls(**kwargs) if family is None else cls.for_family(family, **kwargs)
 

@@ -14,6 +14,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from theseus.errors import BadInput
+
 
 def empty_cache(config: Any, batch: int, length: int, heads: int,
                 head_dim: int) -> tuple[tuple[jax.Array, jax.Array], ...]:
@@ -24,10 +26,10 @@ def empty_cache(config: Any, batch: int, length: int, heads: int,
     >>> empty_cache(GPTConfig(n_embd=32, n_head=4, block_size=8), 1, 9, heads=4, head_dim=8)
     Traceback (most recent call last):
     ...
-    ValueError: a cache holds 1..block_size (8) positions, got 9
+    theseus.errors.BadInput: a cache holds 1..block_size (8) positions, got 9
     """
     if not 0 < length <= config.block_size:
-        raise ValueError(f"a cache holds 1..block_size ({config.block_size}) positions, got {length}")
+        raise BadInput(f"a cache holds 1..block_size ({config.block_size}) positions, got {length}")
     shape = (batch, length, heads, head_dim)
     dtype = config.activation_jnp_dtype
     return tuple((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(config.n_layers))
@@ -42,16 +44,16 @@ def check_call(config: Any, owner: str, idx: jax.Array, positions: Any, cache: A
     >>> check_call(GPTConfig(n_embd=32, n_head=4, block_size=8), "GPT", jnp.zeros((1, 4)), jnp.zeros((1, 4)), None)
     Traceback (most recent call last):
     ...
-    ValueError: decoding needs both positions [batch, time] and a cache (GPT.init_cache)
+    theseus.errors.BadInput: decoding needs both positions [batch, time] and a cache (GPT.init_cache)
     """
     if idx.ndim != 2:
-        raise ValueError(f"idx must be [batch, time], got shape {idx.shape}")
+        raise BadInput(f"idx must be [batch, time], got shape {idx.shape}")
     if idx.shape[1] > config.block_size:
-        raise ValueError(f"sequence length {idx.shape[1]} is longer than block_size {config.block_size}")
+        raise BadInput(f"sequence length {idx.shape[1]} is longer than block_size {config.block_size}")
     if (cache is None) != (positions is None):
-        raise ValueError(f"decoding needs both positions [batch, time] and a cache ({owner}.init_cache)")
+        raise BadInput(f"decoding needs both positions [batch, time] and a cache ({owner}.init_cache)")
     if cache is not None and len(cache) != config.n_layers:
-        raise ValueError(f"the cache has {len(cache)} layers, the model {config.n_layers}")
+        raise BadInput(f"the cache has {len(cache)} layers, the model {config.n_layers}")
 
 
 def write(cache: tuple[jax.Array, jax.Array], k: jax.Array, v: jax.Array,

@@ -9,7 +9,7 @@ options given, and returns its `AnalysisResult`. Nothing is written to the root.
 >>> analyze(tempfile.mkdtemp(), "Z2VuZXJhbC5kZWZhdWx0LnRyYWluLWdwdDo5NDllODg6MA", "optimizer")
 Traceback (most recent call last):
 ...
-ValueError: unknown analysis part 'optimizer'; known: attention, logit-lens, norms
+theseus.errors.BadInput: unknown analysis part 'optimizer'; known: attention, logit-lens, norms
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from theseus.errors import BadInput
 from theseus.replay.restore import restored_trainer
 from theseus.store import Node, Store
 from theseus.train.analyses.base import AnalysisResult, ArrayAnalysis
@@ -37,18 +38,18 @@ def analyze(store: Store | str, node: str | Node, analysis: str, *, log: Any = N
     >>> analyze(tempfile.mkdtemp(), "949e88", "norms", layer=0)
     Traceback (most recent call last):
     ...
-    ValueError: analysis 'norms' takes no option layer (it takes none)
+    theseus.errors.BadInput: analysis 'norms' takes no option layer (it takes none)
     """
     store = store if isinstance(store, Store) else Store(store)
     part = get_part("analysis", analysis)
     if not (isinstance(part, type) and issubclass(part, ArrayAnalysis)):
-        raise ValueError(f"analysis {analysis!r} computes nothing outside training (it is not an "
+        raise BadInput(f"analysis {analysis!r} computes nothing outside training (it is not an "
                          "theseus.train.analyses.ArrayAnalysis); run it with training.analyze")
     part.check_options(options)
     trainer = restored_trainer(store, node, log=log)
     try:
         def refuse(name: str, data: bytes) -> str:
-            raise ValueError(f"theseus analyze writes nothing to the root (the analysis tried to write {name!r})")
+            raise BadInput(f"theseus analyze writes nothing to the root (the analysis tried to write {name!r})")
 
         context = dataclasses.replace(trainer._context(trainer.step), write=refuse)
         return part.compute(context, **options)

@@ -80,19 +80,19 @@ def evaluation_parts(names: Any) -> list[type]:
     >>> evaluation_parts(["hellaswog"])
     Traceback (most recent call last):
     ...
-    ValueError: unknown evaluation 'hellaswog'; known: addition, arc-challenge, ...
+    theseus.errors.BadInput: unknown evaluation 'hellaswog'; known: addition, arc-challenge, ...
     """
     names = [n.strip() for n in names.split(",")] if isinstance(names, str) else [str(n).strip() for n in names]
     names = [n for n in names if n]
     if not names:
-        raise ValueError("no evaluation named: give at least one task (`theseus parts` lists the evaluations)")
+        raise BadInput("no evaluation named: give at least one task (`theseus parts` lists the evaluations)")
     known = parts("evaluation")
     for name in names:
         if name not in known:
-            raise ValueError(f"unknown evaluation {name!r}; known: {', '.join(known)}")
+            raise BadInput(f"unknown evaluation {name!r}; known: {', '.join(known)}")
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
-        raise ValueError(f"evaluation {repeated[0]!r} is named twice")
+        raise BadInput(f"evaluation {repeated[0]!r} is named twice")
     return [known[n] for n in names]
 
 
@@ -118,7 +118,7 @@ class Evaluate(Job):
     >>> Evaluate.create(tempfile.mkdtemp(), "e", {"evaluate": {"checkpoint": "abc123", "tasks": []}})
     Traceback (most recent call last):
     ...
-    ValueError: no evaluation named: give at least one task (`theseus parts` lists the evaluations)
+    theseus.errors.BadInput: no evaluation named: give at least one task (`theseus parts` lists the evaluations)
     """
 
     Config = _config()
@@ -130,7 +130,7 @@ class Evaluate(Job):
         self.parts, self.harness_names = self._tasks(settings)
         self.limit = self._limit()  # checked for the parts too: eval.length 0 would score nothing
         if not settings.checkpoint:
-            raise ValueError("evaluate.checkpoint is empty: give a node id with a checkpoint, or a run's nonce")
+            raise BadInput("evaluate.checkpoint is empty: give a node id with a checkpoint, or a run's nonce")
         foreign = [p.name for p in self.parts if p.Config is not None and p.section != "eval"]
         if foreign:
             raise BadInput(f"evaluation {foreign[0]!r} keeps its settings outside the eval section; "
@@ -162,10 +162,10 @@ class Evaluate(Job):
         found = evaluation_parts(list(settings.tasks)) if settings.tasks or not names else []
         both = sorted({p.name for p in found} & set(names))
         if both:
-            raise ValueError(f"{both[0]!r} is named as an evaluation and as a harness task: their keys "
+            raise BadInput(f"{both[0]!r} is named as an evaluation and as a harness task: their keys "
                              f"eval/{both[0]}/... would collide")
         if settings.include_path and not names:
-            raise ValueError("evaluate.include_path is set but evaluate.harness names no lm-eval task to run")
+            raise BadInput("evaluate.include_path is set but evaluate.harness names no lm-eval task to run")
         return found, names
 
     def _limit(self) -> int | None:
@@ -173,7 +173,7 @@ class Evaluate(Job):
         read too), None for all; 0 or below -1 is a ValueError."""
         limit = example_limit(self.config)
         if limit != -1 and limit < 1:
-            raise ValueError(f"eval.length must be -1 (all examples) or a positive integer (theseus eval's --limit), "
+            raise BadInput(f"eval.length must be -1 (all examples) or a positive integer (theseus eval's --limit), "
                              f"got {limit}")
         return None if limit == -1 else limit
 
@@ -213,5 +213,5 @@ class Evaluate(Job):
                           limit=self.limit)
         clash = sorted(set(keys) & set(metrics))
         if clash:
-            raise ValueError(f"the harness's {clash[0]} is also an evaluation's key: rename one of the tasks")
+            raise BadInput(f"the harness's {clash[0]} is also an evaluation's key: rename one of the tasks")
         return keys

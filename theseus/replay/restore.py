@@ -9,7 +9,7 @@ the checkpoint's ``config.yaml`` on this machine's devices; nothing is written t
 >>> checkpoint_for(tempfile.mkdtemp(), "abc123")
 Traceback (most recent call last):
 ...
-ValueError: run abc123 has no committed checkpoint in ...: there is no run with nonce 'abc123' ...
+theseus.errors.BadInput: run abc123 has no committed checkpoint in ...: there is no run with nonce 'abc123' ...
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 from loguru import logger
 from omegaconf import OmegaConf
 
+from theseus.errors import BadInput
 from theseus.jobs import get_job
 from theseus.replay.verify import checkpoint_config, checkpoint_of, step_of
 from theseus.store import EmptyResult, Node, Store, trust
@@ -40,19 +41,19 @@ def checkpoint_for(store: Store | str, target: str | Node) -> tuple[Node, str]:
     >>> checkpoint_for(tempfile.mkdtemp(), "not-an-id")
     Traceback (most recent call last):
     ...
-    ValueError: malformed node id 'not-an-id': expected URL-safe base64 of 'name:nonce:seq'
+    theseus.errors.BadInput: malformed node id 'not-an-id': expected URL-safe base64 of 'name:nonce:seq'
     """
     store = store if isinstance(store, Store) else Store(store)
     if isinstance(target, str) and _NONCE.match(target):
         try:
             store.run_record(target)
         except EmptyResult:
-            raise ValueError(f"run {target} has no committed checkpoint in {store.root}: there is no run with "
+            raise BadInput(f"run {target} has no committed checkpoint in {store.root}: there is no run with "
                              f"nonce {target!r} (`theseus ls {store.root}` lists the runs)") from None
         try:
             node = store.find().nonce(target).checkpoint().last()
         except EmptyResult:
-            raise ValueError(f"run {target} has no committed checkpoint in {store.root}") from None
+            raise BadInput(f"run {target} has no committed checkpoint in {store.root}") from None
         return checkpoint_of(store, node)
     return checkpoint_of(store, target)
 
@@ -66,14 +67,14 @@ def restored_trainer(store: Store | str, target: str | Node, log: Any = None) ->
     >>> restored_trainer(tempfile.mkdtemp(), "Z2VuZXJhbC5kZWZhdWx0LnRyYWluLWdwdDo5NDllODg6MA")
     Traceback (most recent call last):
     ...
-    ValueError: no node Z2VuZXJhbC5kZWZhdWx0LnRyYWluLWdwdDo5NDllODg6MA (general.default.train-gpt:949e88:0) in ...
+    theseus.errors.BadInput: no node Z2VuZXJhbC5kZWZhdWx0LnRyYWluLWdwdDo5NDllODg6MA ...
     """
     store = store if isinstance(store, Store) else Store(store)
     node, folder = checkpoint_for(store, target)
     run = store.run_record(node.nonce, name=node.name)  # its own run, should another share the nonce
     recipe = get_job(run[JOB], run.get(JOB_SOURCE)) if run.get(JOB) else None
     if recipe is not None and not issubclass(recipe, Recipe):
-        raise ValueError(f"node {node.id} is of a {run[JOB]} run, not a training job: it has no model to restore")
+        raise BadInput(f"node {node.id} is of a {run[JOB]} run, not a training job: it has no model to restore")
     config = checkpoint_config(node, folder)
     trust.plain_config(config, f"node {node.id} ({node.name}:{node.nonce}:{node.seq})")  # no tags, no resolvers
     config = OmegaConf.create(config)

@@ -7,7 +7,7 @@ run's last committed checkpoint; the run's own job class; nothing written to the
 >>> sample(tempfile.mkdtemp(), "abc123", "hello")
 Traceback (most recent call last):
 ...
-ValueError: run abc123 has no committed checkpoint in ...
+theseus.errors.BadInput: run abc123 has no committed checkpoint in ...
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 import jax
 
+from theseus.errors import BadInput
 from theseus.replay.restore import checkpoint_for, restored_trainer
 from theseus.store import Node, Store
 from theseus.train.generate import Sample
@@ -43,12 +44,12 @@ def sample(store: Store | str, target: str | Node, prompt: str, n: int = 1, *, m
     >>> sample(tempfile.mkdtemp(), "abc123", "")
     Traceback (most recent call last):
     ...
-    ValueError: the prompt is empty: give some text to continue
+    theseus.errors.BadInput: the prompt is empty: give some text to continue
     """
     if not isinstance(prompt, str) or not prompt:
-        raise ValueError("the prompt is empty: give some text to continue")
+        raise BadInput("the prompt is empty: give some text to continue")
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SAMPLES:
-        raise ValueError(f"the number of samples must be an integer in 1..{MAX_SAMPLES} (they are decoded as one "
+        raise BadInput(f"the number of samples must be an integer in 1..{MAX_SAMPLES} (they are decoded as one "
                          f"batch), got {n!r}")
     store = store if isinstance(store, Store) else Store(store)
     node, _ = checkpoint_for(store, target)

@@ -22,6 +22,7 @@ from typing import Any
 import jax
 from loguru import logger
 
+from theseus.errors import BadInput
 from theseus.jobs import get_job
 from theseus.store import EmptyResult, Node, Store, trust
 from theseus.store import fs as rootfs
@@ -48,9 +49,9 @@ def replay(trainer: Any, steps: int) -> dict[int, float]:
     [1, 2]
     """
     if steps < 0:
-        raise ValueError(f"steps must be >= 0, got {steps}")
+        raise BadInput(f"steps must be >= 0, got {steps}")
     if trainer.step + steps > trainer.total_steps:
-        raise ValueError(f"cannot replay {steps} steps from step {trainer.step}: the run has {trainer.total_steps}")
+        raise BadInput(f"cannot replay {steps} steps from step {trainer.step}: the run has {trainer.total_steps}")
     trainer._prepare()
     pending = {}
     for _ in range(steps):
@@ -92,7 +93,7 @@ def compare(logged: Mapping[int, float], replayed: Mapping[int, float], rtol: fl
     """
     steps = sorted(set(logged) & set(replayed))
     if not steps:
-        raise ValueError(f"no common steps: logged {sorted(logged)[:10]}, replayed {sorted(replayed)[:10]}")
+        raise BadInput(f"no common steps: logged {sorted(logged)[:10]}, replayed {sorted(replayed)[:10]}")
     max_abs = max_rel = 0.0
     first = None
     bitwise = True
@@ -147,24 +148,24 @@ def checkpoint_of(store: Store, node: str | Node) -> tuple[Node, str]:
     >>> checkpoint_of(Store(tempfile.mkdtemp()), "not-an-id")
     Traceback (most recent call last):
     ...
-    ValueError: malformed node id 'not-an-id': expected URL-safe base64 of 'name:nonce:seq'
+    theseus.errors.BadInput: malformed node id 'not-an-id': expected URL-safe base64 of 'name:nonce:seq'
     """
     node = node if isinstance(node, Node) else Node.from_id(str(node))
     try:
         record = store.record(node)
     except EmptyResult:
-        raise ValueError(f"no node {node.id} ({node.name}:{node.nonce}:{node.seq}) in {store.root}; "
+        raise BadInput(f"no node {node.id} ({node.name}:{node.nonce}:{node.seq}) in {store.root}; "
                          f"`theseus ls {store.root}` lists the runs") from None
     path = record.get(CHECKPOINT)
     if not path or record.get(RETIRED):
         saved = [n.seq for n in store.find().name(node.name).nonce(node.nonce).checkpoint().all()]
         hint = f"seqs with one: {saved}" if saved else "that run has no checkpoint at all"
         what = f"its checkpoint was retired ({record[RETIRED]})" if path else "has no committed checkpoint"
-        raise ValueError(f"node {node.id} ({node.name}:{node.nonce}:{node.seq}) {what} ({hint})")
+        raise BadInput(f"node {node.id} ({node.name}:{node.nonce}:{node.seq}) {what} ({hint})")
     try:  # the rule audit and resume apply: only a folder inside the root is followed
         folder = trust.checkpoint_folder(store.fs, store.path(), path)
     except ValueError as e:
-        raise ValueError(f"{describe(node.id)}: {e}") from None
+        raise BadInput(f"{describe(node.id)}: {e}") from None
     return node, rootfs.url(store.fs, folder)
 
 
@@ -238,13 +239,13 @@ def verify(store: Store | str, node: str | Node, steps: int, rtol: float = 1e-5,
     >>> verify(tempfile.mkdtemp(), "Z2VuZXJhbC5kZWZhdWx0LnRyYWluLWdwdDo5NDllODg6MA", steps=2)
     Traceback (most recent call last):
     ...
-    ValueError: no node Z2VuZXJhbC5kZWZhdWx0LnRyYWluLWdwdDo5NDllODg6MA (general.default.train-gpt:949e88:0) in ...
+    theseus.errors.BadInput: no node Z2VuZXJhbC5kZWZhdWx0LnRyYWluLWdwdDo5NDllODg6MA ...
     """
 
 
     store = store if isinstance(store, Store) else Store(store)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+        raise BadInput(f"steps must be a positive integer, got {steps!r}")
     node, folder = checkpoint_of(store, node)
     run = store.run_record(node.nonce, name=node.name)  # its own run, should another share the nonce
     # the run's own job class (its parts and code overrides) replays it; nothing the root names is imported
@@ -260,12 +261,12 @@ def verify(store: Store | str, node: str | Node, steps: int, rtol: float = 1e-5,
         trainer.restore(folder, partial=False, node=node, step=step_of(store, node))
         start = trainer.step
         if start + steps > trainer.total_steps:
-            raise ValueError(f"cannot replay {steps} steps from step {start}: the run ends at step "
+            raise BadInput(f"cannot replay {steps} steps from step {start}: the run ends at step "
                              f"{trainer.total_steps}")
         wanted = {start + i: node.seq + i for i in range(1, steps + 1)}
         have = {step: logged[seq] for step, seq in wanted.items() if seq in logged}
         if not have:
-            raise ValueError(f"no {LOSS} logged for seqs {node.seq + 1}..{node.seq + steps} of "
+            raise BadInput(f"no {LOSS} logged for seqs {node.seq + 1}..{node.seq + steps} of "
                              f"{node.name}:{node.nonce}; logged seqs: {sorted(logged)[:20]}")
         replayed = replay(trainer, steps)
     finally:

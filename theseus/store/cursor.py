@@ -95,7 +95,7 @@ class Cursor:
     def seq(self, seq: int) -> Cursor:
         """Nodes at this seq."""
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-            raise ValueError(f"seq must be a non-negative int, got {seq!r}")
+            raise BadInput(f"seq must be a non-negative int, got {seq!r}")
         return replace(self, node_filters=self.node_filters + (Seq(seq),))
 
     def node(self, node: str | Node) -> Cursor:
@@ -109,13 +109,13 @@ class Cursor:
     def job(self, key: str) -> Cursor:
         """Nodes of runs of this registry key."""
         if not isinstance(key, str) or not key:
-            raise ValueError(f"job key must be a non-empty string, got {key!r}")
+            raise BadInput(f"job key must be a non-empty string, got {key!r}")
         return replace(self, run_filters=self.run_filters + (Job(key),))
 
     def finished(self, flag: bool = True) -> Cursor:
         """Nodes of runs that did (or, with False, did not) finish."""
         if not isinstance(flag, bool):
-            raise ValueError(f"finished() takes a bool, got {flag!r}")
+            raise BadInput(f"finished() takes a bool, got {flag!r}")
         return replace(self, run_filters=self.run_filters + (Finished(flag),))
 
     def tag(self, tag: str) -> Cursor:
@@ -156,10 +156,10 @@ class Cursor:
         """Nodes whose folded ``key`` satisfies ``op value`` (op in == != < <= > >= in)."""
         schema.check_user_key(key)
         if op not in OPS:
-            raise ValueError(f"unknown operator {op!r}; use one of {', '.join(OPS)}")
+            raise BadInput(f"unknown operator {op!r}; use one of {', '.join(OPS)}")
         if op == "in":
             if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-                raise ValueError(f"where({key!r}, 'in', ...) needs a list, tuple or set, got {value!r}")
+                raise BadInput(f"where({key!r}, 'in', ...) needs a list, tuple or set, got {value!r}")
             value = tuple(value)
             for v in value:
                 schema.value_type(key, v)
@@ -184,7 +184,7 @@ class Cursor:
         """
         schema.check_user_key(key)
         if not isinstance(ascending, bool):
-            raise ValueError(f"sort({key!r}, ascending=...) takes a bool, got {ascending!r}")
+            raise BadInput(f"sort({key!r}, ascending=...) takes a bool, got {ascending!r}")
         return replace(self, sorts=self.sorts + ((key, ascending),))
 
     def latest(self) -> Cursor:
@@ -220,7 +220,7 @@ class Cursor:
     def limit(self, n: int) -> Cursor:
         """The first ``n`` results."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"limit takes a non-negative int, got {n!r}")
+            raise BadInput(f"limit takes a non-negative int, got {n!r}")
         return replace(self, limit_n=n)
 
     # -- terminals ---------------------------------------------------------------
@@ -552,12 +552,12 @@ def _check_where_type(key: str, kind: str, op: str, value: Any) -> None:
         numeric = {"int", "float"}
         if kind in numeric and got in numeric:
             if isinstance(v, float) and math.isnan(v):
-                raise ValueError(f"where({key!r}, {op!r}, nan): NaN never compares; use has() or a finite bound")
+                raise BadInput(f"where({key!r}, {op!r}, nan): NaN never compares; use has() or a finite bound")
             continue
         if got != kind:
-            raise ValueError(f"where({key!r}, {op!r}, {v!r}): {key!r} holds {kind} values, got {got}")
+            raise BadInput(f"where({key!r}, {op!r}, {v!r}): {key!r} holds {kind} values, got {got}")
         if kind == "bool" and op in ("<", "<=", ">", ">="):
-            raise ValueError(f"where({key!r}, {op!r}, ...): {key!r} is bool; use == or !=")
+            raise BadInput(f"where({key!r}, {op!r}, ...): {key!r} is bool; use == or !=")
 
 
 def _unknown_key(key: str, types: dict[str, str]) -> None:

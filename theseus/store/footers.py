@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from theseus.errors import BadInput
 from theseus.store import fs as rootfs
 from theseus.store import latest as latest_records
 from theseus.store import tail
@@ -67,11 +68,11 @@ def read_tail_metadata(fs: fsspec.AbstractFileSystem, path: str, guess: int = 1 
     """
     tail = fs.cat_file(path, start=-guess)
     if len(tail) < 12 or tail[-4:] != b"PAR1":
-        raise ValueError(f"not a Parquet file ({len(tail)} bytes read from its end, no PAR1 at the end)")
+        raise BadInput(f"not a Parquet file ({len(tail)} bytes read from its end, no PAR1 at the end)")
     length = int.from_bytes(tail[-8:-4], "little") + 8
     if length > len(tail):
         if len(tail) < guess:  # the whole file was read: its footer cannot be longer than it
-            raise ValueError(f"its footer claims {length} bytes, more than the file's {len(tail)}")
+            raise BadInput(f"its footer claims {length} bytes, more than the file's {len(tail)}")
         tail = fs.cat_file(path, start=-length)
     return pq.read_metadata(pa.BufferReader(tail))
 
@@ -104,7 +105,7 @@ def parse_footer(meta: pq.FileMetaData, url: str) -> Footer:
         if not (schema.equals(SEGMENT_SCHEMA) or schema.equals(LARGE_SCHEMA)):  # the writer's two layouts
             for f in SEGMENT_SCHEMA:
                 if schema.get_field_index(f.name) < 0 or schema.field(f.name).type != f.type:
-                    raise ValueError(f"column {f.name!r} is missing or not {f.type}")
+                    raise BadInput(f"column {f.name!r} is missing or not {f.type}")
     except ValueError as e:
         raise CorruptSegment(f"segment {url} has a bad theseus footer: {e}") from e
     keys, blocks, stamps, latest = parse_index(kv.get(KEYS_METADATA), kv.get(INDEX_METADATA), url, meta.num_rows)
@@ -142,7 +143,7 @@ def _check_index(keys, index, rows: int | None) -> tuple[dict[str, Block] | None
     """The blocks and stamp range of a footer, after checking them (against the file's ``rows``
     where known). Every footer of a root is checked on a cold read: the checks stay lean."""
     if not isinstance(keys, dict) or not all(type(k) is str and t in _TYPE_SET for k, t in keys.items()):
-        raise ValueError(f"the keys are not {{key: one of {', '.join(TYPES)}}}")
+        raise BadInput(f"the keys are not {{key: one of {', '.join(TYPES)}}}")
     if index is None:  # no block index (optional in the format): readers index the rows
         return None, None
     blocks, covered = {}, []
@@ -150,16 +151,16 @@ def _check_index(keys, index, rows: int | None) -> tuple[dict[str, Block] | None
         if not (type(b) is list and len(b) == 6 and type(b[0]) is int and type(b[1]) is int and type(b[2]) is int
                 and type(b[3]) is int and type(b[4]) is int and type(b[5]) is list
                 and all(c in _TYPE_SET for c in b[5])):
-            raise ValueError(f"key {key!r}: block {str(b)[:80]} "
+            raise BadInput(f"key {key!r}: block {str(b)[:80]} "
                              "is not [start, stop, seq_min, seq_max, distinct, [columns]]")
         start, stop, lo, hi, distinct, columns = b
         if not 0 <= start < stop or (rows is not None and stop > rows):
-            raise ValueError(f"key {key!r}: rows {start}:{stop} outside the file's {rows} rows")
+            raise BadInput(f"key {key!r}: rows {start}:{stop} outside the file's {rows} rows")
         if not 0 <= lo <= hi or not 1 <= distinct <= min(stop - start, hi - lo + 1):
-            raise ValueError(f"key {key!r}: seqs {lo}..{hi} with {distinct} distinct in {stop - start} rows")
+            raise BadInput(f"key {key!r}: seqs {lo}..{hi} with {distinct} distinct in {stop - start} rows")
         columns = tuple(columns)
         if columns and key in keys and (columns[0] if len(columns) == 1 else _merged(columns)) != keys[key]:
-            raise ValueError(f"key {key!r}: declared {keys[key]} but stored in {', '.join(columns)}")
+            raise BadInput(f"key {key!r}: declared {keys[key]} but stored in {', '.join(columns)}")
         blocks[key] = Block(start, stop, lo, hi, distinct, columns)
         covered.append((start, stop))
     # every row is in exactly one block: the blocks tile 0..rows
@@ -167,18 +168,18 @@ def _check_index(keys, index, rows: int | None) -> tuple[dict[str, Block] | None
     top = 0
     for start, stop in covered:
         if start != top:
-            raise ValueError(f"the blocks do not cover the file's {rows} rows once each")
+            raise BadInput(f"the blocks do not cover the file's {rows} rows once each")
         top = stop
     if rows is not None and top != rows:
-        raise ValueError(f"the blocks do not cover the file's {rows} rows once each")
+        raise BadInput(f"the blocks do not cover the file's {rows} rows once each")
     if not keys.keys() <= blocks.keys():
-        raise ValueError(f"keys {sorted(k for k in keys if k not in blocks)[:5]} have no block")
+        raise BadInput(f"keys {sorted(k for k in keys if k not in blocks)[:5]} have no block")
     stamps = index["stamps"]
     if not covered and stamps is None:
         return blocks, None
     if not (type(stamps) is list and len(stamps) == 2 and type(stamps[0]) is int and type(stamps[1]) is int
             and stamps[0] <= stamps[1]):
-        raise ValueError(f"stamps {str(stamps)[:80]} are not [min, max]")
+        raise BadInput(f"stamps {str(stamps)[:80]} are not [min, max]")
     return blocks, (stamps[0], stamps[1])
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from theseus.errors import Refused
+from theseus.errors import BadInput, Refused
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -32,7 +32,7 @@ def open_root(root: str | os.PathLike) -> tuple[fsspec.AbstractFileSystem, str]:
     """
     root = os.fspath(root)
     if not root:
-        raise ValueError("root must be a non-empty path or URL")
+        raise BadInput("root must be a non-empty path or URL")
     fs, path = fsspec.core.url_to_fs(root)
     if is_local(fs):
         path = os.path.abspath(path)
@@ -402,7 +402,7 @@ def local_path(location: str) -> str:
     '/tmp/x'
     """
     if not is_local(location):
-        raise ValueError(f"{location} is not a local path")
+        raise BadInput(f"{location} is not a local path")
     return os.path.abspath(fsspec.core.split_protocol(location)[1])
 
 
@@ -423,11 +423,11 @@ def check_relative(path: str) -> str:
     >>> check_relative("../x")
     Traceback (most recent call last):
     ...
-    ValueError: '../x' is not a relative path inside the folder
+    theseus.errors.BadInput: '../x' is not a relative path inside the folder
     """
     parts = path.split("/")
     if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in path:
-        raise ValueError(f"{path!r} is not a relative path inside the folder")
+        raise BadInput(f"{path!r} is not a relative path inside the folder")
     return path
 
 

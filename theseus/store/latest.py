@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
+from theseus.errors import BadInput
 from theseus.store.recency import latest_index
 from theseus.store.schema import TYPES
 
@@ -62,10 +63,10 @@ def parse(raw: object, blocks: dict, stamps: tuple[int, int] | None) -> dict[str
     >>> parse({"a": [6, "w", 1, "int", 2]}, blocks, (5, 6))
     Traceback (most recent call last):
     ...
-    ValueError: key 'a': latest record [6, 'w', 1, 'int', 2] is not [stamp, writer, seq, column, value] of its block
+    theseus.errors.BadInput: key 'a': latest record [6, 'w', 1, 'int', 2] is not [stamp, writer, seq, column, value] of its block
     """  # noqa: E501 - a doctest's expected output, printed on one line
     if type(raw) is not dict:
-        raise ValueError(f"latest {str(raw)[:80]} is not {{key: [stamp, writer, seq, column, value]}}")
+        raise BadInput(f"latest {str(raw)[:80]} is not {{key: [stamp, writer, seq, column, value]}}")
     found = {}
     for key, e in raw.items():
         block = blocks.get(key)
@@ -74,7 +75,7 @@ def parse(raw: object, blocks: dict, stamps: tuple[int, int] | None) -> dict[str
                 or type(e[2]) is not int or not stamps[0] <= e[0] <= stamps[1]
                 or not block.seq_min <= e[2] <= block.seq_max
                 or (e[3] is not None and e[3] not in block.columns)):
-            raise ValueError(f"key {key!r}: latest record {str(e)[:80]} "
+            raise BadInput(f"key {key!r}: latest record {str(e)[:80]} "
                              "is not [stamp, writer, seq, column, value] of its block")
         found[key] = Latest(e[0], e[1], e[2], value)
     return found

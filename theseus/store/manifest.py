@@ -17,6 +17,7 @@ import hashlib
 import json
 from collections.abc import Iterable
 
+from theseus.errors import BadInput
 from theseus.store.fs import check_relative
 from theseus.store.layout import MANIFEST
 
@@ -66,15 +67,15 @@ def parse(raw: bytes) -> dict[str, FileEntry]:
     >>> parse(b'{"format": "theseus.manifest/0", "files": []}')
     Traceback (most recent call last):
     ...
-    ValueError: unknown format 'theseus.manifest/0'
+    theseus.errors.BadInput: unknown format 'theseus.manifest/0'
     """
     try:
         body = json.loads(raw)
         if not isinstance(body, dict) or body.get("format") != FORMAT:
-            raise ValueError(f"unknown format {body.get('format') if isinstance(body, dict) else None!r}")
+            raise BadInput(f"unknown format {body.get('format') if isinstance(body, dict) else None!r}")
         entries = [FileEntry(str(f["path"]), int(f["size"]), str(f["sha256"])) for f in body["files"]]
     except (KeyError, TypeError, AttributeError) as e:
-        raise ValueError(f"{type(e).__name__}: {e}") from None
+        raise BadInput(f"{type(e).__name__}: {e}") from None
     _check_paths(e.path for e in entries)
     return {e.path: e for e in entries}
 
@@ -85,5 +86,5 @@ def _check_paths(paths: Iterable[str]) -> None:
     for path in paths:
         check_relative(path)
         if path in seen or path == MANIFEST:
-            raise ValueError(f"the manifest lists {path!r} twice or lists itself")
+            raise BadInput(f"the manifest lists {path!r} twice or lists itself")
         seen.add(path)

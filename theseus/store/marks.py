@@ -35,6 +35,7 @@ from typing import Any
 
 import polars as pl
 
+from theseus.errors import BadInput
 from theseus.store import fs as rootfs
 from theseus.store import layout, schema
 from theseus.store.node import check_nonce
@@ -52,10 +53,10 @@ def check_tag(tag: object) -> str:
     >>> check_tag("a b")
     Traceback (most recent call last):
     ...
-    ValueError: invalid tag 'a b': tags are 1-64 letters, digits and '_.-', starting with a letter or digit
+    theseus.errors.BadInput: invalid tag 'a b': tags are 1-64 letters, digits and '_.-', starting with a letter or digit
     """
     if not isinstance(tag, str) or not TAG.match(tag):
-        raise ValueError(f"invalid tag {tag!r}: tags are 1-64 letters, digits and '_.-', "
+        raise BadInput(f"invalid tag {tag!r}: tags are 1-64 letters, digits and '_.-', "
                          "starting with a letter or digit")
     return tag
 

@@ -13,6 +13,8 @@ from operator import attrgetter
 import numpy as np
 import pyarrow as pa
 
+from theseus.errors import BadInput
+
 _PART_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_\-]*"
 _PART = re.compile(rf"^{_PART_PATTERN}$")
 # a full ``project.group.run`` name and a nonce, for one fullmatch each (listings check every folder)
@@ -34,23 +36,23 @@ def normalize_name(name: str) -> str:
     'lm.ablations.rope-off'
     """
     if not isinstance(name, str) or not name:
-        raise ValueError(f"run name must be a non-empty string, got {name!r}")
+        raise BadInput(f"run name must be a non-empty string, got {name!r}")
     parts = name.split(".")
     if len(parts) == 1:
         parts = ["general", "default", parts[0]]
     if len(parts) != 3:
-        raise ValueError(
+        raise BadInput(
             f"run name {name!r} must be 'run' or 'project.group.run' (got {len(parts)} dot-separated parts)"
         )
     for part in parts:
         if not _PART.match(part):
-            raise ValueError(
+            raise BadInput(
                 f"run name {name!r}: part {part!r} may only hold letters, digits, '_' and '-' "
                 "(no '/', '=', '..' or spaces) and must start with a letter or digit"
             )
     full = ".".join(parts)
     if len(full) > MAX_NAME:
-        raise ValueError(f"run name {full[:40]}... is {len(full)} characters: the log's folder name=<name> "
+        raise BadInput(f"run name {full[:40]}... is {len(full)} characters: the log's folder name=<name> "
                          f"allows at most {MAX_NAME}")
     return full
 
@@ -62,7 +64,7 @@ def check_nonce(nonce: str) -> str:
     '949e88'
     """
     if not isinstance(nonce, str) or not _NONCE.match(nonce):
-        raise ValueError(f"nonce must be 6 lowercase hex characters, got {nonce!r}")
+        raise BadInput(f"nonce must be 6 lowercase hex characters, got {nonce!r}")
     return nonce
 
 
@@ -82,22 +84,22 @@ def decode_id(node_id: str) -> tuple[str, str, int]:
     ('general.default.train-gpt', '949e88', 0)
     """
     if not isinstance(node_id, str) or not node_id or not re.fullmatch(r"[A-Za-z0-9_\-]+", node_id):
-        raise ValueError(f"malformed node id {node_id!r}: expected URL-safe base64 of 'name:nonce:seq'")
+        raise BadInput(f"malformed node id {node_id!r}: expected URL-safe base64 of 'name:nonce:seq'")
     try:
         raw = base64.urlsafe_b64decode(node_id + "=" * (-len(node_id) % 4)).decode()
         name, nonce, seq = raw.rsplit(":", 2)
         seq_int = int(seq)
     except (binascii.Error, UnicodeDecodeError, ValueError) as e:
-        raise ValueError(f"malformed node id {node_id!r}: expected URL-safe base64 of 'name:nonce:seq'") from e
+        raise BadInput(f"malformed node id {node_id!r}: expected URL-safe base64 of 'name:nonce:seq'") from e
     if seq_int < 0 or str(seq_int) != seq:
-        raise ValueError(f"malformed node id {node_id!r}: seq {seq!r} is not a non-negative integer")
+        raise BadInput(f"malformed node id {node_id!r}: seq {seq!r} is not a non-negative integer")
     if seq_int > MAX_SEQ:
-        raise ValueError(f"malformed node id {node_id!r}: seq {seq} does not fit int64 (at most {MAX_SEQ})")
+        raise BadInput(f"malformed node id {node_id!r}: seq {seq} does not fit int64 (at most {MAX_SEQ})")
     try:
         normalize_name(name)
         check_nonce(nonce)
     except ValueError as e:
-        raise ValueError(f"malformed node id {node_id!r}: {e}") from e
+        raise BadInput(f"malformed node id {node_id!r}: {e}") from e
     return name, nonce, seq_int
 
 
@@ -194,9 +196,9 @@ class Node:
         name = normalize_name(name)
         check_nonce(nonce)
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-            raise ValueError(f"seq must be a non-negative int, got {seq!r}")
+            raise BadInput(f"seq must be a non-negative int, got {seq!r}")
         if seq > MAX_SEQ:
-            raise ValueError(f"seq must fit int64 (at most {MAX_SEQ}), got {seq}")
+            raise BadInput(f"seq must fit int64 (at most {MAX_SEQ}), got {seq}")
         if parent is not None:
             decode_id(parent)
         self._name, self._nonce, self._seq, self._parent, self._id = name, nonce, int(seq), parent, None
@@ -264,7 +266,7 @@ class Node:
         # called once per training step: name and nonce are already valid, and the parent's
         # id is only encoded when someone reads it
         if self._seq >= MAX_SEQ:
-            raise ValueError(f"seq {self._seq + 1} of {self._name} does not fit int64 (at most {MAX_SEQ})")
+            raise BadInput(f"seq {self._seq + 1} of {self._name} does not fit int64 (at most {MAX_SEQ})")
         node = _new_node(Node)
         node._name = self._name
         node._nonce = self._nonce
@@ -313,7 +315,7 @@ def encode_ids(name: str, nonce: str, seqs: np.ndarray) -> pa.StringArray:
     """
     seqs = np.asarray(seqs, np.int64)
     if seqs.size and seqs.min() < 0:
-        raise ValueError("seq must be non-negative")
+        raise BadInput("seq must be non-negative")
     if len(seqs) <= _FEW_IDS:  # a commit's flush: one id at a time costs less than the vector setup
         return pa.array([encode_id(name, nonce, seq) for seq in seqs.tolist()], pa.string())
     prefix = f"{name}:{nonce}:".encode()
@@ -394,7 +396,7 @@ def lineage_columns(name: str, nonce: str, seqs: np.ndarray,
         previous[list(set_parents)] = False
     chained = seqs if set_parents is None else seqs[previous]
     if chained.size and chained.min() < 1:
-        raise ValueError("a node at seq 0 has no previous node: give its parent")
+        raise BadInput("a node at seq 0 has no previous node: give its parent")
     wanted = np.concatenate([seqs, chained - 1])
     lo, hi = int(wanted.min()), int(wanted.max())
     if hi - lo < 2 * len(wanted):  # the usual case: a dense range of seqs, coded by offset

@@ -17,6 +17,8 @@ import re
 import numpy as np
 import pyarrow as pa
 
+from theseus.errors import BadInput
+
 # Reserved keys start with "_" and are only written through the writer's methods.
 JOB = "_job"
 JOB_SOURCE = "_job_source"  # where the job's class came from: "module:qualname" or "/path/file.py:qualname"
@@ -70,7 +72,7 @@ def check_user_key(key: object) -> str:
     'train/loss'
     """
     if not isinstance(key, str) or not _KEY.match(key) or len(key) > 256:
-        raise ValueError(
+        raise BadInput(
             f"invalid key {key!r}: keys are 1-256 characters of letters, digits and '_-./:@', "
             "starting with a letter or digit (keys starting with '_' are reserved)"
         )
@@ -87,7 +89,7 @@ def value_type(key: str, value: object, objects_hint: str = "store.objects(node)
         return "bool"
     if isinstance(value, (int, np.integer)):
         if not -(2**63) <= int(value) < 2**63:
-            raise ValueError(f"value of {key!r} ({value}) does not fit in int64")
+            raise BadInput(f"value of {key!r} ({value}) does not fit in int64")
         return "int"
     if isinstance(value, (float, np.floating)):
         return "float"
@@ -100,7 +102,7 @@ def value_type(key: str, value: object, objects_hint: str = "store.objects(node)
     kind = type(value).__name__
     shape = getattr(value, "shape", None)
     what = f"{kind} of shape {tuple(shape)}" if shape is not None else kind
-    raise ValueError(
+    raise BadInput(
         f"value of {key!r} is a {what}, not a scalar (bool, int, float or str); "
         f"store arrays, trees and files as artifacts under {objects_hint}"
     )

@@ -22,6 +22,7 @@ from typing import Any
 import fsspec
 import yaml
 
+from theseus.errors import BadInput
 from theseus.store import fs as rootfs
 
 __all__ = ["checkpoint_folder", "checkpoint_path", "plain_config"]
@@ -37,11 +38,11 @@ def checkpoint_path(path: object) -> str:
     >>> checkpoint_path("objects/../../outside_ckpt")
     Traceback (most recent call last):
     ...
-    ValueError: checkpoint path 'objects/../../outside_ckpt' is not a plain path inside the root (no '..', '.', absolute path or URL); not followed
+    theseus.errors.BadInput: checkpoint path 'objects/../../outside_ckpt' is not a plain path inside the root (no '..', '.', absolute path or URL); not followed
     """  # noqa: E501 - a doctest's expected output, printed on one line
     parts = path.split("/") if isinstance(path, str) else []
     if not parts or path.startswith("/") or "://" in path or "\\" in path or any(p in ("", ".", "..") for p in parts):
-        raise ValueError(f"checkpoint path {path!r} is not a plain path inside the root "
+        raise BadInput(f"checkpoint path {path!r} is not a plain path inside the root "
                          "(no '..', '.', absolute path or URL); not followed")
     return path
 
@@ -61,7 +62,7 @@ def checkpoint_folder(fs: fsspec.AbstractFileSystem, root: str, path: object) ->
     if rootfs.is_local(fs):
         real_root, real = os.path.realpath(root), os.path.realpath(folder)
         if os.path.commonpath([real_root, real]) != real_root:
-            raise ValueError(f"checkpoint path {path!r} leads outside the root through a link (to {real}); "
+            raise BadInput(f"checkpoint path {path!r} leads outside the root through a link (to {real}); "
                              "not followed")
     return folder
 
@@ -76,20 +77,20 @@ def plain_config(text: str, where: str) -> Any:
     >>> plain_config("dataset: ${oc.env:HOME}", "node x")
     Traceback (most recent call last):
     ...
-    ValueError: config of node x is not plain data: dataset = '${oc.env:HOME}' calls a resolver (only references to other keys are allowed)
+    theseus.errors.BadInput: config of node x is not plain data: dataset = '${oc.env:HOME}' calls a resolver (only references to other keys are allowed)
     """  # noqa: E501 - a doctest's expected output, printed on one line
     try:
         for token in yaml.scan(text, Loader=_LOADER):
             if isinstance(token, yaml.TagToken):
                 handle, suffix = token.value
-                raise ValueError(f"config of {where} is not plain data: YAML tag {(handle or '') + suffix} "
+                raise BadInput(f"config of {where} is not plain data: YAML tag {(handle or '') + suffix} "
                                  f"at line {token.start_mark.line + 1} (tags are refused)")
         data = yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader
     except yaml.YAMLError as e:
-        raise ValueError(f"config of {where} is not valid YAML: {str(e).splitlines()[0]}") from None
+        raise BadInput(f"config of {where} is not valid YAML: {str(e).splitlines()[0]}") from None
     for key, value in _strings(data, ""):
         if "${" in value and _calls_resolver(value):
-            raise ValueError(f"config of {where} is not plain data: {key} = {value!r} calls a resolver "
+            raise BadInput(f"config of {where} is not plain data: {key} = {value!r} calls a resolver "
                              "(only references to other keys are allowed)")
     return data
 

@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from loguru import logger
 
+from theseus.errors import BadInput
 from theseus.store import fs as rootfs
 from theseus.store import schema
 from theseus.store.fold import ARROW, DTYPES, WRITTEN, node_ids, with_identity
@@ -149,12 +150,12 @@ class View:
         try:
             digest = self.meta.metadata.get(VIEW_SUMMARY_DIGEST) if self.meta is not None else None
             if digest != hashlib.sha256(text).hexdigest().encode():
-                raise ValueError(f"they do not match their {VIEW_SUMMARY_DIGEST.decode()} (a changed byte)")
+                raise BadInput(f"they do not match their {VIEW_SUMMARY_DIGEST.decode()} (a changed byte)")
             raw = _loads(text)
             # marks (a view made before them holds none) may be absent, never malformed
             if not (isinstance(raw, dict) and all(isinstance(raw.get(k), list) and len(raw[k]) == len(self.names)
                                                   for k in (*SUMMARY, *SUMMARY_LATEST) if k in raw or k not in MARKS)):
-                raise ValueError("they are malformed")
+                raise BadInput("they are malformed")
             return raw
         except ValueError as e:  # orjson's and json's decode errors are ValueErrors
             logger.warning(f"ignoring the run summaries of the view {self.path}: {e}; run summaries are read "
@@ -252,16 +253,16 @@ def read_view(root: RootFolder, path: str) -> View:
                                         and isinstance(listing.get("names"), dict)
                                         and isinstance(listing.get("runs"), list)
                                         and len(listing["runs"]) == len(names)):
-            raise ValueError("its record of the log folders is malformed")
+            raise BadInput("its record of the log folders is malformed")
         columns = [("name", "str"), ("nonce", "str"), ("seq", "int"), ("parent", "str"), (WRITTEN, "int"),
                    *raw["types"].items()]
         stored = meta.schema.to_arrow_schema()
         if [(f.name, f.type) for f in stored] != [(c, ARROW[t]) for c, t in columns] + [(RUN, pa.int32())]:
-            raise ValueError(f"its columns ({', '.join(stored.names)[:200]}) are not those its record describes")
+            raise BadInput(f"its columns ({', '.join(stored.names)[:200]}) are not those its record describes")
         digest = metadata.get(VIEW_DIGEST)  # a version-1 view carries no digest
         if digest != hashlib.sha256(metadata[VIEW_METADATA]).hexdigest().encode() and (
                 digest is not None or raw.get("version", 1) >= 2):
-            raise ValueError(f"its record of what it folded does not match its {VIEW_DIGEST.decode()} (a changed byte)")
+            raise BadInput(f"its record of what it folded does not match its {VIEW_DIGEST.decode()} (a changed byte)")
         return View(
             path=path,
             types=raw["types"],

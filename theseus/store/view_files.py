@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from theseus.errors import BadInput
 from theseus.store.summary import Summary
 from theseus.store.view_file import RootFolder, View, scan_view, stored_columns, view_columns
 
@@ -127,5 +128,5 @@ class Views:
             frame = scan_view(root, view, locals_, stored_columns(view, keys, parent, written))
             parts.append(frame.select(view_columns(view, keys, parent, written)))
         if not parts:
-            raise ValueError("no runs to scan")
+            raise BadInput("no runs to scan")
         return (parts[0], True) if len(parts) == 1 else (pl.concat(parts), False)

@@ -24,7 +24,7 @@ from typing import Any, Iterator, Mapping, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from theseus.errors import TheseusError
+from theseus.errors import BadInput, TheseusError
 from theseus.store import fs as rootfs
 from theseus.store import nonces, schema, trust
 from theseus.store.fold import ARROW
@@ -250,7 +250,7 @@ class Writer:
         try:
             trust.checkpoint_path(path)  # the rule resume and audit apply to what they read back
         except ValueError:
-            raise ValueError(
+            raise BadInput(
                 f"checkpoint path must be relative to the root (e.g. 'objects/<id>'), got {path!r}") from None
         self._commit(node, _CHECKPOINT, (_text("checkpoint path", path),))
 
@@ -271,7 +271,7 @@ class Writer:
         try:
             trust.checkpoint_path(path)  # the rule every reader of a folder record applies
         except ValueError:
-            raise ValueError(
+            raise BadInput(
                 f"artifact path must be relative to the root (e.g. 'objects/<id>'), got {path!r}") from None
         self._commit(node, _ARTIFACTS, (_text("artifact path", path),))
 
@@ -458,7 +458,7 @@ class Writer:
                 _text(f"value of {key!r}", value)
             prior = published.get(key) or ({self._claimed[key]} if key in self._claimed else ())
             if prior and not any(schema.compatible(p, kind) for p in prior):
-                raise ValueError(f"key {key!r} holds {' or '.join(sorted(prior))} values; got {kind} {value!r}")
+                raise BadInput(f"key {key!r} holds {' or '.join(sorted(prior))} values; got {kind} {value!r}")
             items.append((key, kind, value))
         for key, kind, _ in items:  # only once the whole record is valid
             if key not in published:
@@ -642,7 +642,7 @@ def _text(what: str, value: object) -> str:
     """
     text = str(value)
     if not _utf8(text):
-        raise ValueError(f"{what} {text!r} is not valid Unicode (lone surrogates cannot be stored as UTF-8)")
+        raise BadInput(f"{what} {text!r} is not valid Unicode (lone surrogates cannot be stored as UTF-8)")
     return text
 
 

@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from theseus.errors import BadInput
+
 ENV_VAR = "THESEUS_AUTOBATCH_SIZE_CANDIDATES"
 DEFAULT_CANDIDATES = (64, 32, 16, 8, 4, 2, 1)
 _OOM_MARKERS = ("resource_exhausted", "resource exhausted", "out of memory")
@@ -52,11 +54,11 @@ def candidates_from_env(environ: Mapping[str, str] | None = None) -> tuple[int, 
     try:
         values = tuple(int(p) for p in parts)
     except ValueError:
-        raise ValueError(f"{ENV_VAR}={raw!r} must be positive integers separated by spaces or commas") from None
+        raise BadInput(f"{ENV_VAR}={raw!r} must be positive integers separated by spaces or commas") from None
     if any(v <= 0 for v in values):
-        raise ValueError(f"{ENV_VAR}={raw!r} must hold positive integers only")
+        raise BadInput(f"{ENV_VAR}={raw!r} must hold positive integers only")
     if any(a <= b for a, b in zip(values[:-1], values[1:], strict=True)):
-        raise ValueError(f"{ENV_VAR}={raw!r} must be strictly descending, like '8 4 2 1'")
+        raise BadInput(f"{ENV_VAR}={raw!r} must be strictly descending, like '8 4 2 1'")
     return values
 
 
@@ -79,7 +81,7 @@ def default_memory_budget(device=None, device_fraction: float = 0.9, ram_fractio
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
-        raise ValueError("cannot tell this machine's memory; pass memory_budget_bytes") from None
+        raise BadInput("cannot tell this machine's memory; pass memory_budget_bytes") from None
     return int(ram * ram_fraction)
 
 
@@ -155,11 +157,11 @@ def probe_batch_size(
     >>> probe_batch_size([4], fn, memory_budget_bytes=10)
     Traceback (most recent call last):
     ...
-    ValueError: no batch size fits in the memory budget of 10 bytes (4: 20 bytes)
+    theseus.errors.BadInput: no batch size fits in the memory budget of 10 bytes (4: 20 bytes)
     """
     sizes = sorted({int(c) for c in candidates}, reverse=True)
     if not sizes or sizes[-1] <= 0:
-        raise ValueError(f"batch size candidates must be positive ints, got {list(candidates)!r}")
+        raise BadInput(f"batch size candidates must be positive ints, got {list(candidates)!r}")
     budget = default_memory_budget() if memory_budget_bytes is None else int(memory_budget_bytes)
     trials: list[tuple[int, int | None, bool]] = []
     for size in sizes:
@@ -176,7 +178,7 @@ def probe_batch_size(
         if fits:
             return ProbeResult(size, trials)
     tried = ", ".join(f"{s}: {'out of memory' if b is None else f'{b} bytes'}" for s, b, _ in trials)
-    raise ValueError(f"no batch size fits in the memory budget of {budget} bytes ({tried})")
+    raise BadInput(f"no batch size fits in the memory budget of {budget} bytes ({tried})")
 
 
 def abstract_batch(rows: int, block_size: int) -> dict[str, jax.ShapeDtypeStruct]:

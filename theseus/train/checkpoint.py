@@ -51,6 +51,7 @@ import numpy as np
 import tensorstore as ts
 from jax.experimental import multihost_utils
 
+from theseus.errors import BadInput
 from theseus.store import fs as rootfs
 from theseus.store.layout import ANALYSIS, JOB_FILE, MANIFEST
 from theseus.train import manifest as mf
@@ -91,9 +92,9 @@ def _flatten(tree: Any) -> tuple[list[tuple[str, Any, list]], Any]:
         parts = key_path_names(path)
         name = "/".join(parts)
         if not parts or any(p in ("", ".", "..") or "/" in p or "\\" in p for p in parts):
-            raise ValueError(f"leaf {jax.tree_util.keystr(path)} has a name that cannot be a folder: {parts!r}")
+            raise BadInput(f"leaf {jax.tree_util.keystr(path)} has a name that cannot be a folder: {parts!r}")
         if name in seen or _RESERVED.fullmatch(name):
-            raise ValueError(f"leaf name {name!r} is used twice or reserved")
+            raise BadInput(f"leaf name {name!r} is used twice or reserved")
         seen.add(name)
         out.append((name, leaf, [_key_json(k) for k in path]))
     return out, treedef
@@ -122,7 +123,7 @@ def _kvstore(folder: str, name: str) -> dict:
         bucket, _, prefix = folder[len("gs://"):].partition("/")
         prefix = prefix.strip("/")
         return {"driver": "gcs", "bucket": bucket, "path": f"{prefix}/{rel}" if prefix else rel}
-    raise ValueError(f"unsupported checkpoint location {folder!r}: use a local path, file:// or gs://")
+    raise BadInput(f"unsupported checkpoint location {folder!r}: use a local path, file:// or gs://")
 
 
 def _zarr_spec(folder: str, name: str, shape: tuple, dtype: np.dtype, chunk: tuple) -> dict:
@@ -152,7 +153,7 @@ def _chunk_file(name: str, start: tuple[int, ...], chunk: tuple[int, ...]) -> st
 def _bounds(index: tuple, shape: tuple) -> tuple[tuple[int, int], ...]:
     """A tuple of slices as ((start, stop), ...), for use as a dict key."""
     if len(index) != len(shape):
-        raise ValueError(f"index {index} does not match shape {shape}")
+        raise BadInput(f"index {index} does not match shape {shape}")
     return tuple(s.indices(d)[:2] for s, d in zip(index, shape, strict=True))
 
 
@@ -203,7 +204,7 @@ def _plan(state: Any, process_index: int) -> tuple[list[_LeafPlan], str]:
             for s in shards:
                 data = np.array(s.data, copy=True)  # never a view of a buffer that may be donated
                 if data.shape != chunk:
-                    raise ValueError(f"{name}: uneven sharding (shard {data.shape} vs {chunk}) is not supported")
+                    raise BadInput(f"{name}: uneven sharding (shard {data.shape} vs {chunk}) is not supported")
                 if data.size:  # an empty array has no chunk to write
                     host.append((_bounds(s.index, shape), data))
         else:
@@ -244,7 +245,7 @@ def _write_arrays(folder: str, plans: list[_LeafPlan], is_main: bool) -> list[mf
             store = future.result()
         except ValueError as e:
             if "ALREADY_EXISTS" in str(e):
-                raise ValueError(
+                raise BadInput(
                     f"{folder} already holds array {plan.name}: is another save writing this folder?"
                 ) from None
             raise
@@ -332,7 +333,7 @@ def _check_sidecars(sidecars: Mapping[str, bytes | str] | None) -> dict[str, byt
     for rel, data in (sidecars or {}).items():
         rootfs.check_relative(rel)
         if rel == MANIFEST or rel.split("/")[0] == CHECKPOINT:
-            raise ValueError(f"sidecar name {rel!r} is reserved")
+            raise BadInput(f"sidecar name {rel!r} is reserved")
         out[rel] = data.encode() if isinstance(data, str) else bytes(data)
     return out
 
@@ -379,7 +380,7 @@ class Checkpointer:
         _kvstore(folder, "")  # fail now on a location TensorStore cannot write
         sidecar_bytes = _check_sidecars(sidecars)
         if rootfs.exists(rootfs.join(folder, MANIFEST)):
-            raise ValueError(f"{folder} already holds a complete checkpoint; checkpoints are never overwritten")
+            raise BadInput(f"{folder} already holds a complete checkpoint; checkpoints are never overwritten")
         process_index, process_count = jax.process_index(), jax.process_count()
         self._saves += 1
         tag = f"{self._saves}-{hashlib.sha256(folder.encode()).hexdigest()[:16]}"
@@ -452,7 +453,7 @@ def save_streamed(folder: str, leaves: Iterable[tuple[str, np.ndarray]],
     folder = folder.rstrip("/")
     sidecar_bytes = None if callable(sidecars) else _check_sidecars(sidecars)
     if is_complete(folder):
-        raise ValueError(f"{folder} already holds a committed checkpoint")
+        raise BadInput(f"{folder} already holds a committed checkpoint")
     rootfs.remove_tree_except(folder, ANALYSIS)  # an interrupted save's garbage, as Checkpointer.save clears it
     context = ts.Context()
     plans, entries, tree = [], [], {}
@@ -472,7 +473,7 @@ def save_streamed(folder: str, leaves: Iterable[tuple[str, np.ndarray]],
         for name, leaf in leaves:
             parts = name.split("/")
             if not parts or any(p in ("", ".", "..") or "\\" in p for p in parts) or _RESERVED.fullmatch(name):
-                raise ValueError(f"leaf name {name!r} cannot be a folder of a checkpoint")
+                raise BadInput(f"leaf name {name!r} cannot be a folder of a checkpoint")
             data = np.asarray(leaf)  # a scalar stays one (ascontiguousarray makes it 1-d), as save stores it
             data = data if data.flags.c_contiguous else np.ascontiguousarray(data)
             chunk = tuple(max(d, 1) for d in data.shape)
@@ -482,7 +483,7 @@ def save_streamed(folder: str, leaves: Iterable[tuple[str, np.ndarray]],
             for p in parts[:-1]:
                 node = node.setdefault(p, {})
             if not isinstance(node, dict) or parts[-1] in node:
-                raise ValueError(f"leaf name {name!r} is used twice or is inside another leaf")
+                raise BadInput(f"leaf name {name!r} is used twice or is inside another leaf")
             node[parts[-1]] = 0
             spec = _zarr_spec(folder, name, plan.shape, plan.dtype, chunk)
             store = ts.open(spec, create=True, context=context).result()
@@ -552,10 +553,10 @@ def _parse_index(raw: bytes, where: str) -> dict:
     try:
         index = json.loads(raw)
     except ValueError as e:
-        raise ValueError(f"{where} is not JSON: {e}") from None
+        raise BadInput(f"{where} is not JSON: {e}") from None
     found = index.get("format") if isinstance(index, dict) else None
     if found != FORMAT:
-        raise ValueError(f"{where}: unknown checkpoint format {found!r}")
+        raise BadInput(f"{where}: unknown checkpoint format {found!r}")
     return index
 
 
@@ -624,7 +625,7 @@ def _target(name: str, leaf: Any, entry: dict | None) -> tuple[tuple | None, np.
         sharding = leaf.sharding
         if sharding is None:
             if jax.process_count() > 1:
-                raise ValueError(f"target leaf {name} has no sharding (required with several processes)")
+                raise BadInput(f"target leaf {name} has no sharding (required with several processes)")
             sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         return tuple(leaf.shape), np.dtype(leaf.dtype), sharding, None
     if isinstance(leaf, jax.sharding.Sharding):
@@ -697,7 +698,7 @@ def restore(
             report.restored.append(name)
             wanted[name] = (shape, dtype, sharding)
         if name not in wanted and partial and initial is None:
-            raise ValueError(f"cannot restore {name} from {folder} and the target holds no value for it")
+            raise BadInput(f"cannot restore {name} from {folder} and the target holds no value for it")
         values.append(initial)
     target_names = {name for name, _, _ in flat}
     report.unused = [name for name in entries if name not in target_names]
@@ -710,7 +711,7 @@ def restore(
             problems.append("shape/dtype mismatch: " + _names([f"{k} ({v})" for k, v in report.mismatched.items()]))
         if report.unused:
             problems.append(f"not in target: {_names(report.unused)}")
-        raise ValueError(
+        raise BadInput(
             f"checkpoint {folder} does not match the target: {'; '.join(problems)} "
             "(partial=True restores what matches)"
         )
@@ -749,7 +750,7 @@ def _read_arrays(sealed: mf.Sealed, wanted: dict[str, tuple[tuple, np.dtype, Any
     for name, (shape, dtype, sharding) in wanted.items():
         store = opening[name].result()
         if tuple(store.shape) != shape or store.dtype.numpy_dtype != dtype:
-            raise ValueError(
+            raise BadInput(
                 f"{folder}: array {name} is {_describe(store.shape, store.dtype.numpy_dtype)}, "
                 f"index says {_describe(shape, dtype)}"
             )
@@ -796,7 +797,7 @@ def read_leaf(sealed: mf.Sealed, entry: Mapping[str, Any]) -> np.ndarray:
     sealed.hash_file(f"{CHECKPOINT}/{name}/zarr.json")  # the metadata TensorStore reads when it opens the array
     store = ts.open({"driver": "zarr3", "kvstore": _kvstore(sealed.folder, name)}, open=True, read=True).result()
     if tuple(store.shape) != shape or store.dtype.numpy_dtype != np.dtype(entry["dtype"]):
-        raise ValueError(f"{sealed.folder}: array {name} is {_describe(store.shape, store.dtype.numpy_dtype)}, "
+        raise BadInput(f"{sealed.folder}: array {name} is {_describe(store.shape, store.dtype.numpy_dtype)}, "
                          f"index says {_describe(shape, np.dtype(entry['dtype']))}")
     data = store.read().result()
     if not math.prod(shape):

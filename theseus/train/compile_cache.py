@@ -25,6 +25,8 @@ from typing import Any
 import jax
 from loguru import logger
 
+from theseus.errors import BadInput
+
 ENV_VAR = "THESEUS_COMPILATION_CACHE"
 OFF_VALUES = ("off", "0", "")
 
@@ -90,7 +92,7 @@ def enable_compilation_cache(folder: str | None = None, *, log: Any = logger) ->
     True
     """
     if folder is not None and not str(folder).strip():
-        raise ValueError("the compilation cache folder is empty: pass a folder, or None for the default")
+        raise BadInput("the compilation cache folder is empty: pass a folder, or None for the default")
     configured = jax.config.jax_compilation_cache_dir
     if configured:
         return configured

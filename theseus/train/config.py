@@ -218,7 +218,7 @@ def load_config(config: Any, schema: type, job: str = "gpt/train/pretrain") -> D
     >>> load_config({"training": {"batch_sise": 8}}, Recipe.Config)
     Traceback (most recent call last):
     ...
-    ValueError: config key 'training.batch_sise' is not a gpt/train/pretrain setting; did you mean training.batch_size?
+    theseus.errors.BadInput: config key 'training.batch_sise' is not a gpt/train/pretrain setting; did you mean ...
     """
     base = OmegaConf.structured(schema)
     if config is None:
@@ -240,9 +240,9 @@ def load_config(config: Any, schema: type, job: str = "gpt/train/pretrain") -> D
             if key and key not in known:
                 close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
-                raise ValueError(f"config key {key!r} is not a {job} setting{hint}") from None
+                raise BadInput(f"config key {key!r} is not a {job} setting{hint}") from None
             msg = str(error).splitlines()[0]
-            raise ValueError(f"config value for {key!r} is invalid: {msg}") from None
+            raise BadInput(f"config value for {key!r} is invalid: {msg}") from None
     OmegaConf.set_struct(merged, True)
     return merged
 
@@ -282,7 +282,7 @@ def total_steps(training: Any, block_size: int) -> int:
 
 def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise BadInput(f"{name} must be a positive integer, got {value!r}")
     return value
 
 
@@ -320,7 +320,7 @@ def check_config(cfg: DictConfig, schema: type) -> None:
     for key, used in SCHEDULE_KEYS.items():
         value, default = OmegaConf.select(cfg, key), OmegaConf.select(defaults, key)
         if value != default and OmegaConf.select(cfg, used) is not None:
-            raise ValueError(f"{key}={value} is not read by the schedule: the learning-rate schedule reads {used} "
+            raise BadInput(f"{key}={value} is not read by the schedule: the learning-rate schedule reads {used} "
                              f"(now {OmegaConf.select(cfg, used)}); set that instead and leave {key} at {default}")
         if value != default:
             raise NotImplementedSetting(f"{key}={value} is not implemented for this job's schedule "
@@ -328,7 +328,7 @@ def check_config(cfg: DictConfig, schema: type) -> None:
     training = cfg.training
     B = _positive_int("training.batch_size", training.batch_size)
     if training.steps is not None and training.tokens is not None:
-        raise ValueError(f"training.steps={training.steps} and training.tokens={training.tokens} both set the run's "
+        raise BadInput(f"training.steps={training.steps} and training.tokens={training.tokens} both set the run's "
                          "length: set one, and the other to null (e.g. training.tokens=null)")
     for name in ("steps", "tokens"):
         if training[name] is not None:
@@ -345,13 +345,13 @@ def check_config(cfg: DictConfig, schema: type) -> None:
     else:
         backend(cfg.logging.remote_backend)
     if training.validation_steps < 0:
-        raise ValueError(f"training.validation_steps must be >= 0, got {training.validation_steps}")
+        raise BadInput(f"training.validation_steps must be >= 0, got {training.validation_steps}")
     requested = training.per_device_batch_size
     if isinstance(requested, bool) or (requested != -1 and requested <= 0):
-        raise ValueError(f"training.per_device_batch_size must be -1 (probe) or positive, got {requested}")
+        raise BadInput(f"training.per_device_batch_size must be -1 (probe) or positive, got {requested}")
     T = _positive_int("architecture.block_size", cfg.architecture.block_size)
     if training.tokens is not None and int(training.tokens) // (B * T) < 1:
-        raise ValueError(f"training.tokens {training.tokens} is less than one step of batch_size {B} * block_size "
+        raise BadInput(f"training.tokens {training.tokens} is less than one step of batch_size {B} * block_size "
                          f"{T} = {B * T} tokens")
     _positive_int("architecture.vocab_size", cfg.architecture.vocab_size)
     length = OmegaConf.select(cfg, "eval.length")
@@ -359,7 +359,7 @@ def check_config(cfg: DictConfig, schema: type) -> None:
         try:
             _positive_int("eval.length", length)
         except ValueError:
-            raise ValueError(f"eval.length must be -1 (all examples) or a positive integer, got {length!r}") from None
+            raise BadInput(f"eval.length must be -1 (all examples) or a positive integer, got {length!r}") from None
 
 
 def to_yaml(config: DictConfig) -> str:

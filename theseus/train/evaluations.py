@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from omegaconf import OmegaConf
 
+from theseus.errors import BadInput
 from theseus.train.parts import Part, part
 
 __all__ = ["Analysis", "EvalContext", "Evaluation", "ValidationLoss", "architecture_sizes", "example_limit",
@@ -34,11 +35,11 @@ __all__ = ["Analysis", "EvalContext", "Evaluation", "ValidationLoss", "architect
 
 
 def _no_artifacts(name: str, data: bytes) -> str:
-    raise ValueError(f"cannot write {name!r}: this trainer has no artifact folder (it runs without a store)")
+    raise BadInput(f"cannot write {name!r}: this trainer has no artifact folder (it runs without a store)")
 
 
 def _no_batches(dataset: str | None) -> dict:
-    raise ValueError("this context has no validation data")
+    raise BadInput("this context has no validation data")
 
 
 @dataclasses.dataclass(frozen=True)

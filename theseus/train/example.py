@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from theseus.data.store import DatasetWriter
+from theseus.errors import BadInput
 
 __all__ = ["CHARACTERS", "CharacterTokenizer", "tiny_example", "tiny_text_model"]
 
@@ -59,7 +60,7 @@ class CharacterTokenizer:
     >>> tokenizer.encode("é")
     Traceback (most recent call last):
     ...
-    ValueError: 'é' is not one of the CharacterTokenizer's characters (digits, ASCII letters, punctuation, space, newline)
+    theseus.errors.BadInput: 'é' is not one of the CharacterTokenizer's characters (digits, ASCII letters, punctuation, space, newline)
     """  # noqa: E501 - the doctest shows the message whole
 
     name = "characters"
@@ -77,7 +78,7 @@ class CharacterTokenizer:
         try:
             return [self._ids[c] for c in text]
         except KeyError as e:
-            raise ValueError(f"{e.args[0]!r} is not one of the CharacterTokenizer's characters (digits, ASCII "
+            raise BadInput(f"{e.args[0]!r} is not one of the CharacterTokenizer's characters (digits, ASCII "
                              "letters, punctuation, space, newline)") from None
 
     def decode(self, ids: Sequence[int]) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from theseus.data.tokenizer import get_tokenizer
+from theseus.errors import BadInput
 from theseus.model.decode import Sampler, generate_tokens
 
 __all__ = ["Sample", "generate", "tokenizer_of"]
@@ -66,7 +67,7 @@ def tokenizer_of(config: Any, recorded: Iterable[Mapping | None] = (), root: str
     >>> tokenizer_of(config, [{"backend": "huggingface", "name": "/data/tok"}])
     Traceback (most recent call last):
     ...
-    ValueError: the job's tokenizer section names tiktoken 'cl100k_base' but its data was tokenized with huggingface '/data/tok': set tokenizer.backend and tokenizer.name to the dataset's
+    theseus.errors.BadInput: the job's tokenizer section names tiktoken 'cl100k_base' but its data was tokenized with huggingface '/data/tok': set tokenizer.backend and tokenizer.name to the dataset's
     """  # noqa: E501 - the doctest shows the message whole
     section = config.tokenizer
     for described in recorded:
@@ -74,7 +75,7 @@ def tokenizer_of(config: Any, recorded: Iterable[Mapping | None] = (), root: str
             continue
         theirs = (described.get("backend"), described.get("name"))
         if theirs != (section.backend, section.name):
-            raise ValueError(f"the job's tokenizer section names {section.backend} {section.name!r} but its data was "
+            raise BadInput(f"the job's tokenizer section names {section.backend} {section.name!r} but its data was "
                              f"tokenized with {theirs[0]} {theirs[1]!r}: set tokenizer.backend and tokenizer.name to "
                              "the dataset's")
     return get_tokenizer(section.backend, section.name, use_fast=bool(section.huggingface.use_fast),
@@ -85,12 +86,12 @@ def _prompts(prompts: str | Sequence[str]) -> list[str]:
     if isinstance(prompts, str):
         prompts = [prompts]
     if not isinstance(prompts, Sequence) or not prompts:
-        raise ValueError("prompts must be a string or a non-empty list of strings")
+        raise BadInput("prompts must be a string or a non-empty list of strings")
     for i, prompt in enumerate(prompts):
         if not isinstance(prompt, str):
             raise TypeError(f"prompt {i} must be a string, got {type(prompt).__name__}")
         if not prompt:
-            raise ValueError(f"prompt {i} is empty: generation needs some text to continue")
+            raise BadInput(f"prompt {i} is empty: generation needs some text to continue")
     return list(prompts)
 
 
@@ -98,7 +99,7 @@ def _stops(stop: str | Sequence[str] | None) -> list[str]:
     stops = [] if stop is None else [stop] if isinstance(stop, str) else list(stop)
     for s in stops:
         if not isinstance(s, str) or not s:
-            raise ValueError(f"a stop string must be a non-empty string, got {s!r}")
+            raise BadInput(f"a stop string must be a non-empty string, got {s!r}")
     return stops
 
 
@@ -106,9 +107,9 @@ def _check_draws(temperature: Any, seed: Any) -> None:
     """Bad sampling settings the `Sampler` lets through: an infinite temperature (its draws are NaN) and a seed
     outside JAX's 32-bit keys (larger ones wrap around to a smaller seed's text, or overflow)."""
     if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and math.isinf(temperature):
-        raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+        raise BadInput(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
-        raise ValueError(f"seed must be an integer in 0..{MAX_SEED} (a JAX key holds 32 bits), got {seed!r}")
+        raise BadInput(f"seed must be an integer in 0..{MAX_SEED} (a JAX key holds 32 bits), got {seed!r}")
 
 
 def _finish(prompt: str, ids: list[int], stopped: bool, tokenizer: Any, stops: list[str]) -> Sample:
@@ -149,11 +150,11 @@ def generate(model: Any, params: Any, tokenizer: Any, prompts: str | Sequence[st
     >>> generate(model, params, get_tokenizer(), [""])
     Traceback (most recent call last):
     ...
-    ValueError: prompt 0 is empty: generation needs some text to continue
+    theseus.errors.BadInput: prompt 0 is empty: generation needs some text to continue
     >>> generate(model, params, get_tokenizer(), "7", seed=2**32)
     Traceback (most recent call last):
     ...
-    ValueError: seed must be an integer in 0..4294967295 (a JAX key holds 32 bits), got 4294967296
+    theseus.errors.BadInput: seed must be an integer in 0..4294967295 (a JAX key holds 32 bits), got 4294967296
     """
     texts = _prompts(prompts)
     stops = _stops(stop)

@@ -10,7 +10,7 @@ parameters keep their shapes (``dropout``, the dtypes) and is an error naming th
 >>> source_of(Store(tempfile.mkdtemp()), "abc123")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-ValueError: training.init_from=abc123: there is no run with nonce 'abc123' in ...
+theseus.errors.BadInput: training.init_from=abc123: there is no run with nonce 'abc123' in ...
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError
 
+from theseus.errors import BadInput
 from theseus.store import EmptyResult, Node, Store, trust
 from theseus.store import fs as rootfs
 from theseus.store.layout import CONFIG_FILE
@@ -46,26 +47,26 @@ def source_of(store: Store, target: str) -> tuple[Node, str, dict]:
             try:
                 node = store.find().nonce(target).checkpoint().last()
             except EmptyResult:
-                raise ValueError(f"{setting}: there is no run with nonce {target!r} in {store.root}, or it has no "
+                raise BadInput(f"{setting}: there is no run with nonce {target!r} in {store.root}, or it has no "
                                  "committed checkpoint") from None
         else:
             node = Node.from_id(target)
         record = store.record(node)
     except EmptyResult:
-        raise ValueError(f"{setting}: no such node in {store.root}") from None
+        raise BadInput(f"{setting}: no such node in {store.root}") from None
     path = record.get(CHECKPOINT)
     if not path:
-        raise ValueError(f"{setting}: node {node.id} has no committed checkpoint; query with .checkpoint() to pick "
+        raise BadInput(f"{setting}: node {node.id} has no committed checkpoint; query with .checkpoint() to pick "
                          "one that has")
     try:  # the rule audit applies: only a folder inside the root is followed
         folder = rootfs.url(store.fs, trust.checkpoint_folder(store.fs, store.path(), path))
     except ValueError as e:
-        raise ValueError(f"{setting}: {e}") from None
+        raise BadInput(f"{setting}: {e}") from None
     text = bytes(mf.Sealed(folder).read(CONFIG_FILE)).decode()
     trust.plain_config(text, f"node {node.id}")  # no tags, no resolvers: a root is data
     config = yaml.safe_load(text)
     if not isinstance(config, dict) or not all(isinstance(config.get(s), dict) for s in ADOPTED):
-        raise ValueError(f"{setting}: the checkpoint of node {node.id} records no {' and '.join(ADOPTED)}")
+        raise BadInput(f"{setting}: the checkpoint of node {node.id} records no {' and '.join(ADOPTED)}")
     return node, folder, config
 
 
@@ -101,7 +102,7 @@ def adopt(config: DictConfig, defaults: DictConfig, source: dict, recipe: Any) -
     >>> adopt(load_config({"architecture": {"n_layers": 2}}, Recipe.Config), defaults, source, Recipe())
     Traceback (most recent call last):
     ...
-    ValueError: architecture.n_layers=2 changes the shape of the parameters training.init_from starts from (1 in its checkpoint): leave it unset
+    theseus.errors.BadInput: architecture.n_layers=2 changes the shape of the parameters training.init_from starts from (1 in its checkpoint): leave it unset
     """  # noqa: E501 - a doctest's expected output, printed on one line
     mine = OmegaConf.to_container(config, resolve=True)
     base = OmegaConf.to_container(defaults, resolve=True)
@@ -115,17 +116,17 @@ def adopt(config: DictConfig, defaults: DictConfig, source: dict, recipe: Any) -
         adopted = OmegaConf.merge(config, {s: source[s] for s in ADOPTED})
     except ConfigKeyError as e:  # another model part's architecture (a llama checkpoint for a gpt job, say)
         model = getattr(getattr(recipe, "MODEL", None), "name", "this job's")
-        raise ValueError(f"training.init_from: the checkpoint's {e.full_key} is not a setting of a {model} model: "
+        raise BadInput(f"training.init_from: the checkpoint's {e.full_key} is not a setting of a {model} model: "
                          "start from it with the training job of its own model (<family>/train/pretrain, the "
                          "family its run's job names)") from None
     reference = _shapes(recipe, adopted)
     for key, value in changed.items():
         if key.startswith("tokenizer."):
-            raise ValueError(f"{key}={value} differs from the tokenizer of the checkpoint training.init_from starts "
+            raise BadInput(f"{key}={value} differs from the tokenizer of the checkpoint training.init_from starts "
                              f"from ({OmegaConf.select(adopted, key)}): leave it unset")
         trial = OmegaConf.merge(adopted, OmegaConf.from_dotlist([f"{key}={value}"]))
         if _shapes(recipe, trial) != reference:
-            raise ValueError(f"{key}={value} changes the shape of the parameters training.init_from starts from "
+            raise BadInput(f"{key}={value} changes the shape of the parameters training.init_from starts from "
                              f"({OmegaConf.select(adopted, key)} in its checkpoint): leave it unset")
         OmegaConf.update(adopted, key, value)
     for section in ADOPTED:

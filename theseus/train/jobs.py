@@ -19,6 +19,7 @@ from typing import Any
 import jax
 
 from theseus import config as configs
+from theseus.errors import BadInput
 from theseus.experiments import job_source
 from theseus.jobs import Job, Preempted, _NullWriter, job, job_json
 from theseus.mirror import Mirror, MirrorRun, open_sink
@@ -76,14 +77,14 @@ class Pretrain(Recipe, Job):
             checkpoint, step = record.get("_checkpoint"), recorded_step(record)
             if not checkpoint or retired.retired(record):
                 what = f"retired ({retired.retired(record)})" if checkpoint else "no committed"
-                raise ValueError(
+                raise BadInput(
                     f"node {self.base.id} (seq {self.base.seq} of {self.base.name}:{self.base.nonce}) has {what} "
                     "checkpoint; query with .checkpoint() to pick one that has"
                 )
             try:  # the rule audit applies: only a folder inside the root is followed
                 checkpoint = trust.checkpoint_folder(self.store.fs, self.store.path(), checkpoint)
             except ValueError as e:
-                raise ValueError(f"cannot restore node {self.base.id} (seq {self.base.seq} of "
+                raise BadInput(f"cannot restore node {self.base.id} (seq {self.base.seq} of "
                                  f"{self.base.name}:{self.base.nonce}): {e}") from None
         source = None  # training.init_from: a new lineage under that node, from its parameters
         if self.base is None and self.config.training.init_from:

@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from theseus.errors import BadInput
 from theseus.model.gpt import cross_entropy
 from theseus.train.parts import Part, part
 
@@ -73,7 +74,7 @@ class CrossEntropy(Loss):
         """Cross-entropy, plus ``z_loss * logsumexp(logits) ** 2`` per token when ``z_loss`` > 0."""
         weight = float(config.z_loss)
         if not weight >= 0:
-            raise ValueError(f"loss.z_loss must be non-negative, got {config.z_loss!r}")
+            raise BadInput(f"loss.z_loss must be non-negative, got {config.z_loss!r}")
         if weight == 0:
             return cross_entropy
 

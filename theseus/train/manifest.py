@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
 
-from theseus.errors import CorruptData
+from theseus.errors import BadInput, CorruptData
 from theseus.store.fs import (  # write_atomic: used by the examples
     NotPlainFile,
     check_regular,
@@ -57,7 +57,7 @@ def write_manifest(folder: str, entries: Iterable[FileEntry]) -> None:
     try:
         raw = encode(entries)
     except ValueError as e:
-        raise ValueError(f"manifest of {folder}: {e}") from None
+        raise BadInput(f"manifest of {folder}: {e}") from None
     write_atomic(join(folder, MANIFEST), raw)
 
 
@@ -82,7 +82,7 @@ def read_manifest(folder: str) -> dict[str, FileEntry]:
     try:
         return parse(raw)
     except ValueError as e:
-        raise ValueError(f"malformed {MANIFEST} in {folder}: {e}") from None
+        raise BadInput(f"malformed {MANIFEST} in {folder}: {e}") from None
 
 
 class Sealed:

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from loguru import logger
 
+from theseus.errors import BadInput
 from theseus.store.fs import read_bytes, write_atomic
 
 # Dense (no sparsity) peak FLOP/s per chip. "float32" is the rate of the unit XLA uses
@@ -65,7 +66,7 @@ _DTYPE_NAMES = {"bfloat16": "bfloat16", "float16": "bfloat16", "float32": "float
 def _dtype_name(dtype) -> str:
     name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
     if name not in _DTYPE_NAMES:
-        raise ValueError(f"no peak FLOPs for dtype {dtype!r}; use one of {sorted(_DTYPE_NAMES)}")
+        raise BadInput(f"no peak FLOPs for dtype {dtype!r}; use one of {sorted(_DTYPE_NAMES)}")
     return _DTYPE_NAMES[name]
 
 
@@ -83,7 +84,7 @@ def flops_per_token(config, n_params: int, seq_len: int | None = None) -> float:
     202608.0
     """
     if n_params <= 0:
-        raise ValueError(f"n_params must be positive, got {n_params!r}")
+        raise BadInput(f"n_params must be positive, got {n_params!r}")
     T = config.block_size if seq_len is None else seq_len
     return float(6 * n_params + 12 * config.n_layers * config.n_embd * T)
 
@@ -141,7 +142,7 @@ def mfu(tokens_per_second: float, flops_per_token: float, peak: float) -> float:
     0.1
     """
     if peak is None or not peak > 0:
-        raise ValueError(f"peak FLOP/s must be positive, got {peak!r}")
+        raise BadInput(f"peak FLOP/s must be positive, got {peak!r}")
     return tokens_per_second * flops_per_token / peak
 
 

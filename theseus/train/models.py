@@ -77,7 +77,7 @@ class GPT(Model):
     >>> GPT.check({"n_embd": 30, "n_head": 4})
     Traceback (most recent call last):
     ...
-    ValueError: n_embd (30) must be divisible by n_head (4)
+    theseus.errors.BadInput: n_embd (30) must be divisible by n_head (4)
     """
 
     Config = ArchitectureConfig
@@ -137,7 +137,7 @@ class DecoderFamily(Model):
     >>> get_part("model", "gemma").check({"n_embd": 32, "n_head": 4, "n_kv_head": 3})
     Traceback (most recent call last):
     ...
-    ValueError: n_head (4) must be a multiple of n_kv_head (3)
+    theseus.errors.BadInput: n_head (4) must be a multiple of n_kv_head (3)
     """
 
     @classmethod

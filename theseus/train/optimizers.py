@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import optax
 from optax.contrib import MuonDimensionNumbers
 
+from theseus.errors import BadInput
 from theseus.train.parts import Part, part
 
 __all__ = ["SGD", "AdamW", "AdamWConfig", "Lion", "LionConfig", "Muon", "MuonConfig", "Optimizer", "SGDConfig",
@@ -73,19 +74,19 @@ class Optimizer(Part):
 
 def _check_decay(weight_decay: float) -> float:
     if not weight_decay >= 0:
-        raise ValueError(f"optimization.weight_decay must be non-negative, got {weight_decay!r}")
+        raise BadInput(f"optimization.weight_decay must be non-negative, got {weight_decay!r}")
     return float(weight_decay)
 
 
 def _check_rate(name: str, value: float) -> float:
     if not value > 0:
-        raise ValueError(f"optimization.{name} must be positive, got {value!r}")
+        raise BadInput(f"optimization.{name} must be positive, got {value!r}")
     return float(value)
 
 
 def _check_beta(name: str, value: float) -> float:
     if not 0 <= value < 1:
-        raise ValueError(f"optimization.{name} must be in [0, 1), got {value!r}")
+        raise BadInput(f"optimization.{name} must be in [0, 1), got {value!r}")
     return float(value)
 
 
@@ -231,9 +232,9 @@ class Muon(Optimizer):
         lr, adam_lr = _check_rate("lr", config.lr), _check_rate("adam_lr", config.adam_lr)
         ns_steps = config.ns_steps
         if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1:
-            raise ValueError(f"optimization.ns_steps must be a positive int, got {ns_steps!r}")
+            raise BadInput(f"optimization.ns_steps must be a positive int, got {ns_steps!r}")
         if not isinstance(config.nesterov, bool):
-            raise ValueError(f"optimization.nesterov must be a bool, got {config.nesterov!r}")
+            raise BadInput(f"optimization.nesterov must be a bool, got {config.nesterov!r}")
         return optax.contrib.muon(
             schedule, ns_steps=ns_steps, beta=_check_beta("momentum", config.momentum),
             weight_decay=_check_decay(config.weight_decay), weight_decay_mask=decay_mask,
@@ -283,7 +284,7 @@ class SGD(Optimizer):
         """SGD on ``schedule`` with ``momentum``, ``nesterov`` and ``weight_decay``."""
         _check_rate("lr", config.lr)
         if not isinstance(config.nesterov, bool):
-            raise ValueError(f"optimization.nesterov must be a bool, got {config.nesterov!r}")
+            raise BadInput(f"optimization.nesterov must be a bool, got {config.nesterov!r}")
         return optax.chain(
             optax.trace(decay=_check_beta("momentum", config.momentum), nesterov=config.nesterov),
             optax.add_decayed_weights(_check_decay(config.weight_decay), mask=decay_mask),

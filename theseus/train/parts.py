@@ -30,6 +30,7 @@ import typing
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+from theseus.errors import BadInput
 from theseus.registry import Registry, import_registering
 
 __all__ = ["KINDS", "PART_MODULES", "Part", "dataclass_fields", "get_part", "load_part_modules", "part", "parts",
@@ -84,9 +85,9 @@ def part(kind: str, name: str, description: str | None = None):
     ('loss', 'doc-none', 'A loss that is never built.')
     """
     if kind not in KINDS:
-        raise ValueError(f"unknown part kind {kind!r}; the kinds are {', '.join(KINDS)}")
+        raise BadInput(f"unknown part kind {kind!r}; the kinds are {', '.join(KINDS)}")
     if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(f"invalid part name {name!r}: use lowercase letters, digits, '-' and '_'")
+        raise BadInput(f"invalid part name {name!r}: use lowercase letters, digits, '-' and '_'")
 
     def check(cls: type) -> None:
         if cls.Config is not None and not (isinstance(cls.Config, type) and dataclasses.is_dataclass(cls.Config)):
@@ -120,7 +121,7 @@ def parts(kind: str | None = None, load: bool = True) -> dict[str, Any]:
         load_part_modules()
     if kind is not None:
         if kind not in KINDS:
-            raise ValueError(f"unknown part kind {kind!r}; the kinds are {', '.join(KINDS)}")
+            raise BadInput(f"unknown part kind {kind!r}; the kinds are {', '.join(KINDS)}")
         return _REGISTRIES[kind].sorted()
     return {k: _REGISTRIES[k].sorted() for k in KINDS}
 
@@ -133,7 +134,7 @@ def get_part(kind: str, name: str) -> type[Part]:
     """
     known = parts(kind)
     if name not in known:
-        raise ValueError(f"unknown {kind} part {name!r}; known: {', '.join(known) or 'none'}")
+        raise BadInput(f"unknown {kind} part {name!r}; known: {', '.join(known) or 'none'}")
     return known[name]
 
 

@@ -21,6 +21,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from theseus.errors import BadInput
 from theseus.train import autobatch
 from theseus.train.config import total_steps
 
@@ -36,7 +37,7 @@ def micro_batch_candidates(batch_size: int, data_parallel: int, candidates: Sequ
     candidates = autobatch.candidates_from_env() if candidates is None else tuple(candidates)
     fitting = [c for c in candidates if batch_size % (c * data_parallel) == 0]
     if not fitting:
-        raise ValueError(
+        raise BadInput(
             f"training.batch_size {batch_size} does not split into micro-batches of any autobatch candidate "
             f"{list(candidates)} x {data_parallel} data-parallel devices; set training.per_device_batch_size or "
             f"{autobatch.ENV_VAR}")
@@ -62,7 +63,7 @@ class TrainingPlan:
     def __post_init__(self) -> None:
         rows = self.per_device_batch_size * self.data_parallel
         if self.batch_size % rows != 0:
-            raise ValueError(
+            raise BadInput(
                 f"training.batch_size {self.batch_size} does not split into micro-batches of per_device_batch_size "
                 f"{self.per_device_batch_size} x {self.data_parallel} data-parallel devices = {rows} rows "
                 f"({self.batch_size} % {rows} = {self.batch_size % rows}); use a batch_size that is a multiple "

@@ -39,6 +39,7 @@ from theseus.data.loader import Loader
 from theseus.data.mixture import MixtureLoader, Sampling, open_mixture
 from theseus.data.store import open_dataset
 from theseus.data.tokenizer import TokenizerConfig
+from theseus.errors import BadInput
 from theseus.train import evaluations, losses, models, optimizers, schedules
 from theseus.train.config import (
     READ_BY_ANALYSES,
@@ -187,7 +188,7 @@ class Recipe:
                             f"got {cls.DATA!r}")
         names = [s.dataset for s in data]
         if len(set(names)) != len(names):
-            raise ValueError(f"{cls.__name__}.DATA names a dataset twice: {names}")
+            raise BadInput(f"{cls.__name__}.DATA names a dataset twice: {names}")
         return data
 
     @classmethod
@@ -226,7 +227,7 @@ class Recipe:
         >>> Recipe().check(load_config({"architecture": {"n_embd": 30, "n_head": 4}}, Recipe.Config))
         Traceback (most recent call last):
         ...
-        ValueError: n_embd (30) must be divisible by n_head (4)
+        theseus.errors.BadInput: n_embd (30) must be divisible by n_head (4)
         """
         check_config(config, type(self).Config)
         self.MODEL.check(config.architecture)
@@ -299,7 +300,7 @@ class Recipe:
         """
         if "mixture" in config.data:
             if not config.data.mixture:
-                raise ValueError("data.mixture is empty: a mixture needs at least one dataset and rate")
+                raise BadInput("data.mixture is empty: a mixture needs at least one dataset and rate")
             return [Sampling(s.dataset, float(s.rate)) for s in config.data.mixture]
         return [Sampling(config.data.dataset, 1.0)]
 

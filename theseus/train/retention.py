@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 from loguru import logger
 
+from theseus.errors import BadInput
 from theseus.store import EmptyResult, Node, Store, layout, retired, schema, trust
 from theseus.store.cursor import UnknownKey
 
@@ -67,28 +68,28 @@ class Policy:
         ...                     "keep_best_count": 1})
         Traceback (most recent call last):
         ...
-        ValueError: logging.keep_checkpoints must be a positive integer (...) or null to keep every checkpoint, got 0
+        theseus.errors.BadInput: logging.keep_checkpoints must be a positive integer (...) or null to keep ...
         """
         keep, best = logging["keep_checkpoints"], logging["keep_best"]
         mode, count = logging["keep_best_mode"], logging["keep_best_count"]
         if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
-            raise ValueError("logging.keep_checkpoints must be a positive integer (the newest checkpoint is what a "
+            raise BadInput("logging.keep_checkpoints must be a positive integer (the newest checkpoint is what a "
                              f"resume needs) or null to keep every checkpoint, got {keep!r}")
         if mode not in MODES:
-            raise ValueError(f"logging.keep_best_mode must be one of {', '.join(MODES)}, got {mode!r}")
+            raise BadInput(f"logging.keep_best_mode must be one of {', '.join(MODES)}, got {mode!r}")
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"logging.keep_best_count must be a positive integer, got {count!r}")
+            raise BadInput(f"logging.keep_best_count must be a positive integer, got {count!r}")
         if best is None:
             if count != 1 or mode != "min":
-                raise ValueError(f"logging.keep_best_count={count} / keep_best_mode={mode!r} need logging.keep_best "
+                raise BadInput(f"logging.keep_best_count={count} / keep_best_mode={mode!r} need logging.keep_best "
                                  "(the key to rank checkpoints by, e.g. val/loss)")
             return cls(keep)
         try:
             schema.check_user_key(best)
         except ValueError as e:
-            raise ValueError(f"logging.keep_best: {e}") from None
+            raise BadInput(f"logging.keep_best: {e}") from None
         if keep is None:
-            raise ValueError(f"logging.keep_best={best!r} needs logging.keep_checkpoints (without it every "
+            raise BadInput(f"logging.keep_best={best!r} needs logging.keep_checkpoints (without it every "
                              "checkpoint is kept, so the best ones are kept anyway)")
         return cls(keep, best, mode, count)
 

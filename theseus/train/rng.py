@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from theseus.errors import BadInput
+
 __all__ = ["INIT_SALT", "RNG_FORMAT", "init_key", "key_from_json", "key_to_json"]
 
 RNG_FORMAT = "theseus.rng/1"
@@ -43,7 +45,7 @@ def key_from_json(text: str | bytes) -> jax.Array:
     """
     data = json.loads(text)
     if data.get("format") != RNG_FORMAT:
-        raise ValueError(f"not a theseus rng file (format {data.get('format')!r})")
+        raise BadInput(f"not a theseus rng file (format {data.get('format')!r})")
     return jnp.asarray(np.asarray(data["key"], dtype=np.uint32))
 
 

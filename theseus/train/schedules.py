@@ -24,6 +24,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from theseus.errors import BadInput
 from theseus.train.parts import Part, part
 
 __all__ = ["WSD", "Constant", "ConstantConfig", "Cosine", "DecayConfig", "Linear", "Schedule",
@@ -34,14 +35,14 @@ ScheduleFn = Callable[[Any], Any]
 
 def _check_fraction(name: str, value: float) -> None:
     if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+        raise BadInput(f"{name} must be in [0, 1], got {value!r}")
 
 
 def _check_common(lr: float, total_steps: int) -> None:
     if not lr > 0:
-        raise ValueError(f"lr must be positive, got {lr!r}")
+        raise BadInput(f"lr must be positive, got {lr!r}")
     if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps <= 0:
-        raise ValueError(f"total_steps must be a positive int, got {total_steps!r}")
+        raise BadInput(f"total_steps must be a positive int, got {total_steps!r}")
 
 
 def _warmup_and_decay(lr: float, total_steps: int, warmup_pct: float, final_lr_frac: float,
@@ -85,7 +86,7 @@ def wsd_schedule(lr: float, total_steps: int, warmup_pct: float, decay_pct: floa
     for name, value in (("warmup_pct", warmup_pct), ("decay_pct", decay_pct), ("final_lr_frac", final_lr_frac)):
         _check_fraction(name, value)
     if warmup_pct + decay_pct > 1.0:
-        raise ValueError(f"warmup_pct + decay_pct must be at most 1, got {warmup_pct} + {decay_pct}")
+        raise BadInput(f"warmup_pct + decay_pct must be at most 1, got {warmup_pct} + {decay_pct}")
     warmup = int(warmup_pct * total_steps)
     decay = int(decay_pct * total_steps)
     decay_start = total_steps - decay

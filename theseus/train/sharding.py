@@ -51,6 +51,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from theseus.errors import BadInput
+
 DATA = "data"
 MODEL = "model"
 
@@ -98,9 +100,9 @@ class ShardConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.tp, int) or self.tp < 1:
-            raise ValueError(f"ShardConfig.tp must be a positive integer, got {self.tp!r}")
+            raise BadInput(f"ShardConfig.tp must be a positive integer, got {self.tp!r}")
         if self.n_head is not None and self.n_head % self.tp != 0:
-            raise ValueError(f"tensor parallelism tp={self.tp} does not divide n_head={self.n_head}")
+            raise BadInput(f"tensor parallelism tp={self.tp} does not divide n_head={self.n_head}")
 
 
 def make_mesh(tp: int = 1, devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -118,11 +120,11 @@ def make_mesh(tp: int = 1, devices: Sequence[jax.Device] | None = None) -> Mesh:
         devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
     devices = list(devices)
     if not devices:
-        raise ValueError("make_mesh needs at least one device")
+        raise BadInput("make_mesh needs at least one device")
     if not isinstance(tp, int) or tp < 1:
-        raise ValueError(f"tp must be a positive integer, got {tp!r}")
+        raise BadInput(f"tp must be a positive integer, got {tp!r}")
     if len(devices) % tp != 0:
-        raise ValueError(f"tp={tp} does not divide the device count {len(devices)}")
+        raise BadInput(f"tp={tp} does not divide the device count {len(devices)}")
     grid = np.array(devices, dtype=object).reshape(len(devices) // tp, tp)
     return Mesh(grid, (DATA, MODEL))
 
@@ -161,10 +163,10 @@ def key_path_names(key_path: Sequence[Any]) -> tuple[str, ...]:
 
 def _axis_sizes(cfg: ShardConfig, mesh: Mesh) -> tuple[int, int]:
     if tuple(mesh.axis_names) != (DATA, MODEL):
-        raise ValueError(f"mesh axes must be {(DATA, MODEL)}, got {tuple(mesh.axis_names)}")
+        raise BadInput(f"mesh axes must be {(DATA, MODEL)}, got {tuple(mesh.axis_names)}")
     data, model = mesh.shape[DATA], mesh.shape[MODEL]
     if model != cfg.tp:
-        raise ValueError(f"ShardConfig.tp={cfg.tp} but the mesh's model axis has {model} devices")
+        raise BadInput(f"ShardConfig.tp={cfg.tp} but the mesh's model axis has {model} devices")
     return data, model
 
 
@@ -190,10 +192,10 @@ def _spec(
     tp_dim = _tp_dim(path) if model > 1 else None
     if tp_dim is not None:
         if len(shape) < -tp_dim:
-            raise ValueError(f"cannot shard {name} with shape {shape}: the tensor-parallel rule needs {-tp_dim} dims")
+            raise BadInput(f"cannot shard {name} with shape {shape}: the tensor-parallel rule needs {-tp_dim} dims")
         tp_dim = len(shape) + tp_dim
         if shape[tp_dim] % model != 0:
-            raise ValueError(
+            raise BadInput(
                 f"cannot shard {name} with shape {shape}: dim {tp_dim} ({shape[tp_dim]}) "
                 f"is not divisible by tp={model} (mesh axis '{MODEL}')"
             )
@@ -262,7 +264,7 @@ def state_shardings(state: Any, cfg: ShardConfig, mesh: Mesh) -> Any:
     True
     """
     if not isinstance(state, dict) or "params" not in state:
-        raise ValueError("state_shardings expects a dict with a 'params' entry")
+        raise BadInput("state_shardings expects a dict with a 'params' entry")
     _axis_sizes(cfg, mesh)
     param_shapes = {
         key_path_names(path): tuple(leaf.shape)

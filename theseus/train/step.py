@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from theseus.errors import BadInput
 from theseus.model.gpt import cross_entropy
 
 BATCH_KEYS = ("x", "y", "padding_mask")
@@ -76,30 +77,30 @@ def split_micro_batches(batch: dict, accum_steps: int) -> dict:
     [[0, 2], [1, 3]]
     """
     if isinstance(accum_steps, bool) or not isinstance(accum_steps, int) or accum_steps <= 0:
-        raise ValueError(f"accum_steps must be a positive int, got {accum_steps!r}")
+        raise BadInput(f"accum_steps must be a positive int, got {accum_steps!r}")
     out = {}
     for key, value in batch.items():
         value = jnp.asarray(value)
         if value.ndim == 3:
             if value.shape[0] != accum_steps:
-                raise ValueError(
+                raise BadInput(
                     f"batch[{key!r}] has shape {value.shape}; a 3-D batch must be [accum_steps={accum_steps}, micro, T]"
                 )
             out[key] = value
         elif value.ndim == 2:
             rows = value.shape[0]
             if rows % accum_steps != 0:
-                raise ValueError(f"batch[{key!r}] has {rows} rows, not divisible by accum_steps={accum_steps}")
+                raise BadInput(f"batch[{key!r}] has {rows} rows, not divisible by accum_steps={accum_steps}")
             out[key] = jnp.swapaxes(value.reshape(rows // accum_steps, accum_steps, *value.shape[1:]), 0, 1)
         else:
-            raise ValueError(f"batch[{key!r}] must be [rows, T] or [accum_steps, micro, T], got shape {value.shape}")
+            raise BadInput(f"batch[{key!r}] must be [rows, T] or [accum_steps, micro, T], got shape {value.shape}")
     return out
 
 
 def _check_batch(batch: dict) -> None:
     missing = [k for k in BATCH_KEYS if k not in batch]
     if missing:
-        raise ValueError(f"batch is missing keys {missing}; expected {list(BATCH_KEYS)}, got {sorted(batch)}")
+        raise BadInput(f"batch is missing keys {missing}; expected {list(BATCH_KEYS)}, got {sorted(batch)}")
 
 
 def make_grad_fn(model: nn.Module, accum_steps: int = 1, *, dropout: bool | None = None, token_loss=cross_entropy):
@@ -125,7 +126,7 @@ def make_grad_fn(model: nn.Module, accum_steps: int = 1, *, dropout: bool | None
     32
     """
     if isinstance(accum_steps, bool) or not isinstance(accum_steps, int) or accum_steps <= 0:
-        raise ValueError(f"accum_steps must be a positive int, got {accum_steps!r}")
+        raise BadInput(f"accum_steps must be a positive int, got {accum_steps!r}")
     if dropout is None:
         config = getattr(model, "config", None)
         dropout = bool(config is not None and getattr(config, "dropout", 0.0) > 0)

@@ -50,6 +50,7 @@ from omegaconf import DictConfig
 
 from theseus.data.mixture import Sampling, open_mixture
 from theseus.data.passes import one_pass
+from theseus.errors import BadInput
 from theseus.model.debug import DebugResult, capture, find_modules, normalize_path
 from theseus.model.gpt import count_params
 from theseus.model.layers.mlp import MLP
@@ -246,7 +247,7 @@ class Trainer:
         for dataset in datasets:
             vocab = (dataset.tokenizer or {}).get("vocab_size")
             if isinstance(vocab, int) and vocab > limit:
-                raise ValueError(f"dataset {dataset.name!r} was tokenized with a vocabulary of {vocab} tokens, more "
+                raise BadInput(f"dataset {dataset.name!r} was tokenized with a vocabulary of {vocab} tokens, more "
                                  f"than architecture.vocab_size {limit}")
 
     # ------------------------------------------------------------------ properties
@@ -454,7 +455,7 @@ class Trainer:
                  for n, a in zip(names, jax.tree.leaves(abstract), strict=True)
                  if n not in stored or tuple(stored[n]["shape"]) != tuple(a.shape)]
         if wrong:
-            raise ValueError(f"the parameters of {folder} do not fit this model: {', '.join(wrong[:8])}")
+            raise BadInput(f"the parameters of {folder} do not fit this model: {', '.join(wrong[:8])}")
         target = jax.tree.unflatten(jax.tree.structure(abstract), [
             jax.ShapeDtypeStruct(a.shape, np.dtype(stored[n]["dtype"]), sharding=a.sharding)
             for n, a in zip(names, jax.tree.leaves(abstract), strict=True)])
@@ -621,7 +622,7 @@ class Trainer:
         A single-dataset job's one dataset shares the ``val/loss`` loader, so its loss is computed once.
         """
         if dataset is not None and dataset not in self.sources:
-            raise ValueError(f"dataset {dataset!r} is not one of this job's datasets: {self.sources}")
+            raise BadInput(f"dataset {dataset!r} is not one of this job's datasets: {self.sources}")
         if dataset is None or len(self.sources) == 1:
             if self.val_loader is None:
                 self.val_loader = self.recipe.loader(self.config, self.root, "val", self.micro_rows)
@@ -685,7 +686,7 @@ class Trainer:
         True
         """
         if self.val_loader is None:
-            raise ValueError("validation is off (training.validation is false or validation_steps is 0)")
+            raise BadInput("validation is off (training.validation is false or validation_steps is 0)")
         self._ensure_state()
         return self._mean_loss(None)
 
@@ -693,10 +694,10 @@ class Trainer:
         def write(name: str, data: bytes) -> str:
             parts = name.split("/") if isinstance(name, str) else [None]
             if not 1 <= len(parts) <= 2 or not all(isinstance(p, str) and _FILE_NAME.match(p) for p in parts):
-                raise ValueError(f"artifact name {name!r} must be a file name or <folder>/<file> (letters, digits, "
+                raise BadInput(f"artifact name {name!r} must be a file name or <folder>/<file> (letters, digits, "
                                  "'._-')")
             if self.write_artifact is None:
-                raise ValueError(f"cannot write {name!r}: this trainer has no artifact folder (it runs without a "
+                raise BadInput(f"cannot write {name!r}: this trainer has no artifact folder (it runs without a "
                                  "store; train through a job to keep analyses)")
             return self.write_artifact(step, name, bytes(data))
 
@@ -777,7 +778,7 @@ class Trainer:
         (1, 64)
         """
         if self.step >= self.total_steps:
-            raise ValueError(f"the run is finished: step {self.step} of {self.total_steps}")
+            raise BadInput(f"the run is finished: step {self.step} of {self.total_steps}")
         self._prepare()
         start = time.perf_counter()
         device_metrics = self._dispatch()
@@ -955,7 +956,7 @@ class Trainer:
             self.log.info(f"debug: no path given, using {'/'.join(path)}")
         path = normalize_path(path)
         if not 0 <= micro < self.accumulation:
-            raise ValueError(f"micro must be in [0, {self.accumulation}), got {micro}")
+            raise BadInput(f"micro must be in [0, {self.accumulation}), got {micro}")
         x = jnp.asarray(self.batch()["x"][micro::self.accumulation])
         params = self._ensure_state()["params"]
         return capture(self.model, {"params": params}, path, x, deterministic=True, log=self.log)

@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from theseus.errors import NotFound, TheseusError
+from theseus.errors import BadInput, NotFound, TheseusError
 from theseus.store import Store, marks, schema
 from theseus.store.node import check_nonce
 from theseus.ui import node as node_data
@@ -169,9 +169,9 @@ def _count(request: Request, name: str, default: int, most: int | None) -> int:
     if raw is None:
         return default
     if not raw.isdigit():
-        raise ValueError(f"{name} must be a non-negative integer, got {raw!r}")
+        raise BadInput(f"{name} must be a non-negative integer, got {raw!r}")
     if most is not None and int(raw) > most:
-        raise ValueError(f"{name} is at most {most} rows per request, got {raw}: page with offset")
+        raise BadInput(f"{name} is at most {most} rows per request, got {raw}: page with offset")
     return int(raw)
 
 
@@ -244,7 +244,7 @@ def routes(api: Api) -> list[Route]:
                  and c not in ("project", "group", "run", "error")]
         nonces = body.get("nonces")
         if nonces is not None and (not isinstance(nonces, list) or len(nonces) > MAX_CSV_RUNS):
-            raise ValueError(f"nonces must be a list of at most {MAX_CSV_RUNS} runs per CSV request, "
+            raise BadInput(f"nonces must be a list of at most {MAX_CSV_RUNS} runs per CSV request, "
                              f"got {len(nonces) if isinstance(nonces, list) else type(nonces).__name__}")
         rows = api.rows(nonces, extra)
         if nonces is not None:
@@ -259,7 +259,7 @@ def routes(api: Api) -> list[Route]:
         since = dict(item.split(":", 1) for item in _list(request.query_params.get("since")))
         asked = len(_list(request.query_params.get("runs"))) * len(_list(request.query_params.get("keys")))
         if asked > MAX_SERIES:
-            raise ValueError(f"at most {MAX_SERIES} series (runs x keys) per request, got {asked}: "
+            raise BadInput(f"at most {MAX_SERIES} series (runs x keys) per request, got {asked}: "
                              "ask for fewer runs or keys at a time")
         series_data.check_keys([x, *_list(request.query_params.get("keys"))], api.keys())
         found = []

@@ -23,6 +23,7 @@ import mimetypes
 import shlex
 from typing import Any
 
+from theseus.errors import BadInput
 from theseus.store import Node, Store, layout, schema
 from theseus.store import fs as rootfs
 from theseus.store.fold import WRITTEN
@@ -116,7 +117,7 @@ def read_artifact(store: Store, node_id: str, relative: str) -> tuple[bytes, str
     >>> read_artifact(Store(tempfile.mkdtemp()), Node("a.b.c", "abcdef", 0).id, "../x")
     Traceback (most recent call last):
     ...
-    ValueError: '../x' is not a relative path inside the folder
+    theseus.errors.BadInput: '../x' is not a relative path inside the folder
     """
     rootfs.check_relative(relative)
     folder = _folder(store, node_id)
@@ -125,7 +126,7 @@ def read_artifact(store: Store, node_id: str, relative: str) -> tuple[bytes, str
     parts = relative.split("/")
     if parts[0] == layout.ANALYSIS and len(parts) > 2 and parts[2] != layout.MANIFEST:
         if not store.fs.exists(f"{folder}/{parts[0]}/{parts[1]}/{layout.MANIFEST}"):
-            raise ValueError(f"{parts[0]}/{parts[1]} has no {layout.MANIFEST}: its publication was interrupted, "
+            raise BadInput(f"{parts[0]}/{parts[1]} has no {layout.MANIFEST}: its publication was interrupted, "
                              "so its files are not served")
     return rootfs.read_regular(store.fs, path, single_link=True), served_type(relative)
 
@@ -162,7 +163,7 @@ def node_page(store: Store, node_id: str) -> dict[str, Any]:
     >>> node_page(Store(tempfile.mkdtemp()), "not-an-id")
     Traceback (most recent call last):
     ...
-    ValueError: ...
+    theseus.errors.BadInput: ...
     """
     node = Node.from_id(node_id)
     record = store.record(node)

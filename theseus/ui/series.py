@@ -29,6 +29,7 @@ from typing import Any
 
 import polars as pl
 
+from theseus.errors import BadInput
 from theseus.store import schema
 from theseus.store.retired import kept_checkpoints
 from theseus.ui.follow import RunLog
@@ -90,10 +91,10 @@ def check_keys(keys: list[str], known: list[str]) -> None:
     >>> check_keys(["train/los"], ["train/loss", "val/loss"])
     Traceback (most recent call last):
     ...
-    ValueError: no run in this root logged 'train/los' as a number; did you mean 'train/loss', 'val/loss'?
+    theseus.errors.BadInput: no run in this root logged 'train/los' as a number; did you mean 'train/loss', 'val/loss'?
     """
     for key in keys:
         if key not in known and key not in (SEQ, TIME):
             close = difflib.get_close_matches(key, known, n=5, cutoff=0.5)
             hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-            raise ValueError(f"no run in this root logged {key!r} as a number{hint}")
+            raise BadInput(f"no run in this root logged {key!r} as a number{hint}")

@@ -31,6 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from theseus.errors import BadInput
 from theseus.store import Store
 from theseus.store.fs import require_root
 from theseus.ui.api import Api, routes
@@ -114,7 +115,7 @@ def create_app(root: str | os.PathLike, stale_after_s: float = STALE_AFTER_S, ho
     store = Store(root)
     require_root(store.fs, store.path())
     if stale_after_s <= 0:
-        raise ValueError(f"stale_after_s must be positive, got {stale_after_s}")
+        raise BadInput(f"stale_after_s must be positive, got {stale_after_s}")
     api = Api(store, stale_after_s)
     api.refresh()  # the first read happens before the server starts: a broken root fails here
     api.keys()  # from the summaries: the rows are made when a page asks for them (config keys: when first asked)

@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from theseus.errors import BadInput
 from theseus.store import Store, marks, schema
 from theseus.store.cursor import OPS, UnknownKey
 from theseus.store.nonces import ambiguous
@@ -157,18 +158,18 @@ def parse_condition(text: str) -> tuple[str, str, Any]:
     >>> parse_condition("train/loss ~ 3")
     Traceback (most recent call last):
     ...
-    ValueError: cannot read the condition 'train/loss ~ 3': write KEY OP VALUE with OP one of == != < <= > >= in
+    theseus.errors.BadInput: cannot read the condition 'train/loss ~ 3': write KEY OP VALUE with OP one of == ...
     """
     match = _CONDITION.match(text)
     if not match:
-        raise ValueError(f"cannot read the condition {text!r}: write KEY OP VALUE with OP one of {' '.join(OPS)}")
+        raise BadInput(f"cannot read the condition {text!r}: write KEY OP VALUE with OP one of {' '.join(OPS)}")
     key, op, raw = match.groups()
     try:
         value = yaml.safe_load(raw)
     except yaml.YAMLError as e:
-        raise ValueError(f"cannot read the value {raw!r} of the condition {text!r}: {e}") from None
+        raise BadInput(f"cannot read the value {raw!r} of the condition {text!r}: {e}") from None
     if op == "in" and not isinstance(value, list):
-        raise ValueError(f"the condition {text!r} needs a list after 'in', e.g. [1, 2]")
+        raise BadInput(f"the condition {text!r} needs a list after 'in', e.g. [1, 2]")
     return key, op, value
 
 
@@ -300,7 +301,7 @@ def _holds(have: Any, op: str, value: Any) -> bool:
     try:
         return {"<": have < value, "<=": have <= value, ">": have > value, ">=": have >= value}[op]
     except TypeError:
-        raise ValueError(f"cannot compare the config value {have!r} with {value!r} ({op})") from None
+        raise BadInput(f"cannot compare the config value {have!r} with {value!r} ({op})") from None
 
 
 def to_csv(table: list[dict[str, Any]], columns: list[str]) -> str:

@@ -24,6 +24,7 @@ import fsspec
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from theseus.errors import BadInput
 from theseus.store import EmptyResult, Store
 from theseus.store.node import check_nonce
 
@@ -86,7 +87,7 @@ def plot(store: Store | str, nonces: Sequence[str], keys: Sequence[str], x: str 
     store = store if isinstance(store, Store) else Store(store)
     nonces, keys = list(dict.fromkeys(nonces)), list(dict.fromkeys(keys))
     if not nonces or not keys:
-        raise ValueError(f"plot needs at least one run nonce and one key, got nonces={nonces} keys={keys}")
+        raise BadInput(f"plot needs at least one run nonce and one key, got nonces={nonces} keys={keys}")
     fig = Figure(figsize=(8, 5), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()

@@ -8,6 +8,8 @@
 
 import jax.numpy as jnp
 
+from theseus.errors import BadInput
+
 
 def rope_angles(positions, head_dim: int, base: float = 10000.0):
     """cos and sin tables for `positions` ([T], or [B, T] per row), each [..., head_dim // 2], in float32.
@@ -18,7 +20,7 @@ def rope_angles(positions, head_dim: int, base: float = 10000.0):
     ((3, 2), 0.0)
     """
     if head_dim % 2 != 0:
-        raise ValueError(f"rope needs an even head_dim, got {head_dim}")
+        raise BadInput(f"rope needs an even head_dim, got {head_dim}")
     inv_freq = 1.0 / (base ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
     angles = jnp.asarray(positions, jnp.float32)[..., None] * inv_freq
     return jnp.cos(angles), jnp.sin(angles)

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from theseus.errors import BadInput
 from theseus.train.analyses.base import ROWS, AnalysisResult, ArrayAnalysis, analysis_input
 from theseus.train.analyses.labels import token_labels
 from theseus.train.analyses.picture import mosaic, new_figure, png
@@ -125,7 +126,7 @@ def _pick(option: str, value: int | None, count: int) -> list[int]:
     if value is None:
         return list(range(count))
     if value >= count:
-        raise ValueError(f"--{option} {value} is out of range: the model has {count} {option}s (0..{count - 1})")
+        raise BadInput(f"--{option} {value} is out of range: the model has {count} {option}s (0..{count - 1})")
     return [value]
 
 
@@ -150,7 +151,7 @@ class Attention(ArrayAnalysis):
         batch = analysis_input(context, rows=ROWS if sample is None else sample + 1)
         rows = batch["x"].shape[0]
         if sample is not None and sample >= rows:
-            raise ValueError(f"--sample {sample} is out of range: a validation batch here has {rows} rows")
+            raise BadInput(f"--sample {sample} is out of range: a validation batch here has {rows} rows")
         tokens = batch["x"] if sample is None else batch["x"][sample:sample + 1]
         trace = record(context.model, context.params, tokens)
         layers = _pick("layer", options.get("layer"), trace.n_layers)

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from theseus.errors import BadInput
 from theseus.store.manifest import MANIFEST, FileEntry, encode
 from theseus.train.evaluations import Analysis, EvalContext
 
@@ -80,7 +81,7 @@ def publish_folder(context: EvalContext, name: str, files: Mapping[str, bytes]) 
     >>> publish_folder(EvalContext(1, {}, None, (), lambda d: 0.0, write=lambda n, d: n), "x", {MANIFEST: b""})
     Traceback (most recent call last):
     ...
-    ValueError: the manifest lists 'MANIFEST.json' twice or lists itself
+    theseus.errors.BadInput: the manifest lists 'MANIFEST.json' twice or lists itself
     """
     entries = [FileEntry.of_bytes(file, data) for file, data in files.items()]
     manifest = encode(entries)  # checks the names before anything is written
@@ -112,7 +113,7 @@ class ArrayAnalysis(Analysis):
     >>> ArrayAnalysis.check_options({"layer": 1})
     Traceback (most recent call last):
     ...
-    ValueError: analysis '' takes no option layer (it takes none)
+    theseus.errors.BadInput: analysis '' takes no option layer (it takes none)
     """
 
     OPTIONS: ClassVar[tuple[str, ...]] = ()
@@ -124,9 +125,9 @@ class ArrayAnalysis(Analysis):
         for key, value in given.items():
             if key not in cls.OPTIONS:
                 takes = ", ".join(cls.OPTIONS) or "none"
-                raise ValueError(f"analysis {cls.name!r} takes no option {key} (it takes {takes})")
+                raise BadInput(f"analysis {cls.name!r} takes no option {key} (it takes {takes})")
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-                raise ValueError(f"option {key} of analysis {cls.name!r} must be a non-negative integer, "
+                raise BadInput(f"option {key} of analysis {cls.name!r} must be a non-negative integer, "
                                  f"got {value!r}")
         return {key: int(value) for key, value in given.items()}
 

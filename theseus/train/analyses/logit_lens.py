@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from theseus.errors import BadInput
 from theseus.train.analyses.base import ROWS, AnalysisResult, ArrayAnalysis, analysis_input
 from theseus.train.analyses.labels import load_tokenizer, token_labels
 from theseus.train.analyses.picture import new_figure, png
@@ -123,7 +124,7 @@ class LogitLens(ArrayAnalysis):
         sample = options.get("sample")
         batch = analysis_input(context, rows=ROWS if sample is None else sample + 1)
         if sample is not None and sample >= batch["x"].shape[0]:
-            raise ValueError(f"--sample {sample} is out of range: a validation batch here has {batch['x'].shape[0]} "
+            raise BadInput(f"--sample {sample} is out of range: a validation batch here has {batch['x'].shape[0]} "
                              "rows")
         rows = slice(None) if sample is None else slice(sample, sample + 1)
         tokens, targets = batch["x"][rows], batch["y"][rows]

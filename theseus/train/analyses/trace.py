@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from theseus.errors import BadInput
 from theseus.train.analyses.adapters import ADAPTERS, Adapter, adapter_for
 
 __all__ = ["Trace", "local_params", "record"]
@@ -128,7 +129,7 @@ def record(model: nn.Module, params: Any, tokens: Any) -> Trace:
     """
     tokens = np.asarray(tokens, np.int32)
     if tokens.ndim != 2 or tokens.shape[1] == 0:
-        raise ValueError(f"tokens must be [rows, time] with at least one token, got shape {tokens.shape}")
+        raise BadInput(f"tokens must be [rows, time] with at least one token, got shape {tokens.shape}")
     found: dict[str, Any] = {"top": None, "adapter": None, "blocks": {}, "attn": {}, "mlp": {}, "qkv": {},
                              "mixed": {}}
 
@@ -162,7 +163,7 @@ def record(model: nn.Module, params: Any, tokens: Any) -> Trace:
     top, adapter = found["top"], found["adapter"]
     if top is None or not found["blocks"]:
         known = " or ".join(f"{a.model.__module__}.{a.model.__name__}" for a in ADAPTERS)
-        raise ValueError(f"the analyses read a model they have an adapter for ({known}); this job's model "
+        raise BadInput(f"the analyses read a model they have an adapter for ({known}); this job's model "
                          f"{type(model).__name__} calls none")
     base = _path(top)
     names = [base + (f"blocks_{i}",) for i in range(top.config.n_layers)]

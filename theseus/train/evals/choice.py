@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from theseus.errors import BadInput
 from theseus.train.evals.likelihood import loglikelihood
 from theseus.train.evals.rows import load_rows
 from theseus.train.evaluations import EvalContext, Evaluation, architecture_sizes, first_examples
@@ -52,10 +53,10 @@ class Question:
     def __post_init__(self):
         object.__setattr__(self, "choices", tuple(self.choices))
         if len(self.choices) < 2:
-            raise ValueError(f"a question needs at least two choices, got {len(self.choices)}: {self.context[:60]!r}")
+            raise BadInput(f"a question needs at least two choices, got {len(self.choices)}: {self.context[:60]!r}")
         if isinstance(self.label, bool) or not isinstance(self.label, (int, np.integer)) \
                 or not 0 <= self.label < len(self.choices):
-            raise ValueError(f"label {self.label!r} is not an index of the {len(self.choices)} choices of "
+            raise BadInput(f"label {self.label!r} is not an index of the {len(self.choices)} choices of "
                              f"{self.context[:60]!r}")
         object.__setattr__(self, "label", int(self.label))
 
@@ -129,7 +130,7 @@ def multiple_choice(model: Any, params: Any, tokenizer: Any, questions: Sequence
     """
     questions = list(questions)
     if not questions:
-        raise ValueError("no questions: a multiple-choice evaluation needs at least one")
+        raise BadInput("no questions: a multiple-choice evaluation needs at least one")
     pairs, owners = [], []
     for q, question in enumerate(questions):
         for pair in choice_pairs(tokenizer, question.context, question.choices):
@@ -221,7 +222,7 @@ class MultipleChoiceFiles(MultipleChoice):
     def check(cls, config: Any) -> None:
         """A path is given."""
         if not config.eval.multiple_choice.path:
-            raise ValueError("eval.multiple_choice.path is empty: name the .jsonl / .parquet files of the questions")
+            raise BadInput("eval.multiple_choice.path is empty: name the .jsonl / .parquet files of the questions")
 
     @classmethod
     def key(cls, config: Any) -> str:
@@ -236,5 +237,5 @@ class MultipleChoiceFiles(MultipleChoice):
         try:
             return [Question(str(r["context"]), tuple(str(c) for c in r["choices"]), int(r["label"])) for r in rows]
         except KeyError as e:
-            raise ValueError(f"{config.eval.multiple_choice.path}: a row has no {e.args[0]!r} column (rows need "
+            raise BadInput(f"{config.eval.multiple_choice.path}: a row has no {e.args[0]!r} column (rows need "
                              "context, choices and label)") from None

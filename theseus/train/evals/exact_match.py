@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from theseus.data import sources
+from theseus.errors import BadInput
 from theseus.train.evaluations import EvalContext, Evaluation, first_examples
 from theseus.train.generate import generate, tokenizer_of
 from theseus.train.parts import part
@@ -88,9 +89,9 @@ def score(predictions: Sequence[str | None], answers: Sequence[str]) -> float:
     0.5
     """
     if len(predictions) != len(answers):
-        raise ValueError(f"{len(predictions)} predictions for {len(answers)} answers")
+        raise BadInput(f"{len(predictions)} predictions for {len(answers)} answers")
     if not answers:
-        raise ValueError("no examples to score")
+        raise BadInput("no examples to score")
     hits = sum(p is not None and normalize(p) == normalize(a) for p, a in zip(predictions, answers))
     return hits / len(answers)
 
@@ -127,9 +128,9 @@ def exact_match(model: Any, params: Any, tokenizer: Any, examples: Sequence[Exam
     """
     examples = tuple(examples)
     if not examples:
-        raise ValueError("no examples: an exact-match evaluation needs at least one")
+        raise BadInput("no examples: an exact-match evaluation needs at least one")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        raise BadInput(f"batch_size must be a positive integer, got {batch_size!r}")
     continuations: list[str] = []
     for start in range(0, len(examples), batch_size):
         chunk = [e.prompt for e in examples[start:start + batch_size]]
@@ -157,7 +158,7 @@ def task(name: str) -> Callable[[Callable[[Any], list[Example]]], Callable[[Any]
     def register(fn: Callable[[Any], list[Example]]) -> Callable[[Any], list[Example]]:
         prior = TASKS.get(name)
         if prior is not None and (prior.__module__, prior.__qualname__) != (fn.__module__, fn.__qualname__):
-            raise ValueError(f"exact-match task {name!r} is already registered by "
+            raise BadInput(f"exact-match task {name!r} is already registered by "
                              f"{prior.__module__}.{prior.__qualname__}")
         TASKS[name] = fn
         return fn
@@ -220,7 +221,7 @@ class ExactMatchSection:
 
 def _positive(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise BadInput(f"{name} must be a positive integer, got {value!r}")
 
 
 @part("evaluation", "exact-match", "Greedy answers, extracted (after '####' or the last number) and compared: "
@@ -234,7 +235,7 @@ class ExactMatch(Evaluation):
     >>> ExactMatch.check(config)
     Traceback (most recent call last):
     ...
-    ValueError: eval.exact_match.task 'nope' is not a task; known: addition...
+    theseus.errors.BadInput: eval.exact_match.task 'nope' is not a task; known: addition...
     """
 
     section = "eval"
@@ -245,7 +246,7 @@ class ExactMatch(Evaluation):
         """A known task; positive sizes."""
         settings = config.eval.exact_match
         if cls.task_name(config) not in TASKS:
-            raise ValueError(f"eval.exact_match.task {settings.task!r} is not a task; "
+            raise BadInput(f"eval.exact_match.task {settings.task!r} is not a task; "
                              f"known: {', '.join(sorted(TASKS))}")
         _positive("eval.exact_match.max_new_tokens", settings.max_new_tokens)
         _positive("eval.exact_match.batch_size", settings.batch_size)

@@ -47,6 +47,7 @@ except ImportError as e:  # the optional group is not installed: say how to inst
     raise ImportError("the lm-evaluation-harness adapter needs lm-eval, in theseus's optional `eval` group: "
                       "run `uv sync --group eval` (or `pip install 'lm-eval>=0.4,<0.5'`)") from e
 
+from theseus.errors import BadInput
 from theseus.train.evals.likelihood import loglikelihood as score_pairs
 from theseus.train.evals.likelihood import model_sizes, rolling_loglikelihood
 from theseus.train.evaluations import architecture_sizes
@@ -94,7 +95,7 @@ class TheseusLM(TemplateLM):
         super().__init__()
         for name, value in (("batch_size", batch_size), ("max_gen_toks", max_gen_toks)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise BadInput(f"{name} must be a positive integer, got {value!r}")
         self.model, self.params, self.encoder = model, params, tokenizer
         self.batch_size, self.max_gen_toks, self.seed = batch_size, max_gen_toks, int(seed)
         self.sizes = model_sizes(model, *(sizes or (None, None)))  # a model without a config: give its sizes
@@ -186,7 +187,7 @@ class TheseusLM(TemplateLM):
         >>> lm.generate_until([request("generate_until", ("1+2=", {"until": ["\\n"], "num_beams": 4}))])
         Traceback (most recent call last):
         ...
-        ValueError: generation option num_beams is not implemented by the theseus adapter (it honours until, max_gen_toks, do_sample, temperature, top_k, top_p)
+        theseus.errors.BadInput: generation option num_beams is not implemented by the theseus adapter (it honours until, max_gen_toks, do_sample, temperature, top_k, top_p)
         """  # noqa: E501 - the doctest shows the message whole
         groups: dict[str, list[int]] = {}
         settings: dict[str, dict[str, Any]] = {}
@@ -214,7 +215,7 @@ class TheseusLM(TemplateLM):
         options = dict(normalize_gen_kwargs(dict(given), self.max_gen_toks))
         unknown = [k for k in options if k not in GENERATION_OPTIONS]
         if unknown:
-            raise ValueError(f"generation option {', '.join(unknown)} is not implemented by the theseus adapter "
+            raise BadInput(f"generation option {', '.join(unknown)} is not implemented by the theseus adapter "
                              f"(it honours {', '.join(GENERATION_OPTIONS)})")
         budget = int(options["max_gen_toks"])
         if budget > self.block_size - 1:
@@ -264,11 +265,11 @@ def harness_tasks(tasks: str | Sequence[str], include_path: str | Sequence[str] 
     >>> harness_tasks([])
     Traceback (most recent call last):
     ...
-    ValueError: tasks must be a non-empty list of lm-eval task names, got []
+    theseus.errors.BadInput: tasks must be a non-empty list of lm-eval task names, got []
     """
     names = [tasks] if isinstance(tasks, str) else list(tasks)
     if not names or not all(isinstance(t, str) and t for t in names):
-        raise ValueError(f"tasks must be a non-empty list of lm-eval task names, got {names!r}")
+        raise BadInput(f"tasks must be a non-empty list of lm-eval task names, got {names!r}")
     paths = [include_path] if isinstance(include_path, str) else list(include_path or [])
     missing = [p for p in paths if not os.path.isdir(p)]
     if missing:
@@ -279,7 +280,7 @@ def harness_tasks(tasks: str | Sequence[str], include_path: str | Sequence[str] 
     if unknown:
         close = sorted({c for t in unknown for c in difflib.get_close_matches(t, known, n=3)})
         hint = f" (close: {', '.join(close)})" if close else ""
-        raise ValueError(f"unknown lm-eval task {', '.join(unknown)}{hint}: `lm-eval ls tasks` lists its own; a "
+        raise BadInput(f"unknown lm-eval task {', '.join(unknown)}{hint}: `lm-eval ls tasks` lists its own; a "
                          "task of yours is a YAML file in a folder given as include_path")
     return manager
 
@@ -294,11 +295,11 @@ def harness(lm: TheseusLM, tasks: Sequence[str], *, include_path: str | Sequence
     >>> harness(TheseusLM(*tiny_text_model()), ["hellaswag"], limit=0)
     Traceback (most recent call last):
     ...
-    ValueError: limit must be a positive integer (documents per task) or None, got 0
+    theseus.errors.BadInput: limit must be a positive integer (documents per task) or None, got 0
     """
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"limit must be a positive integer (documents per task) or None, got {limit!r}")
+        raise BadInput(f"limit must be a positive integer (documents per task) or None, got {limit!r}")
     manager = manager or harness_tasks(tasks, include_path)
     results = lm_eval.simple_evaluate(model=lm, tasks=tasks, limit=limit, task_manager=manager, log_samples=False)
     return harness_keys(results), results

@@ -36,6 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from theseus.errors import BadInput
+
 __all__ = ["Scored", "bucket_length", "loglikelihood", "model_sizes", "rolling_loglikelihood", "rolling_pairs"]
 
 #: the shortest bucket: shorter rows are padded to it
@@ -65,7 +67,7 @@ def bucket_length(n: int, block_size: int) -> int:
     [8, 16, 32, 48, 48]
     """
     if not 0 < n <= block_size:
-        raise ValueError(f"a row holds 1..block_size ({block_size}) tokens, got {n}")
+        raise BadInput(f"a row holds 1..block_size ({block_size}) tokens, got {n}")
     return min(max(MIN_BUCKET, 1 << (n - 1).bit_length()), block_size)
 
 
@@ -91,7 +93,7 @@ def _ids(tokens: Any, what: str, vocab: int) -> list[int]:
     ids = [int(t) for t in tokens]
     bad = [t for t in ids if not 0 <= t < vocab]
     if bad:
-        raise ValueError(f"{what} holds token id {bad[0]}, outside the model's vocabulary of {vocab} "
+        raise BadInput(f"{what} holds token id {bad[0]}, outside the model's vocabulary of {vocab} "
                          "(was it encoded with the run's tokenizer?)")
     return ids
 
@@ -102,16 +104,16 @@ def _rows(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], block: int, voca
     rows = []
     for i, pair in enumerate(pairs):
         if not isinstance(pair, Sequence) or len(pair) != 2:
-            raise ValueError(f"pair {i} must be (context_tokens, continuation_tokens), got {pair!r}")
+            raise BadInput(f"pair {i} must be (context_tokens, continuation_tokens), got {pair!r}")
         context, continuation = _ids(pair[0], f"the context of pair {i}", vocab), \
             _ids(pair[1], f"the continuation of pair {i}", vocab)
         if not context:
-            raise ValueError(f"the context of pair {i} is empty: the first continuation token needs a token before "
+            raise BadInput(f"the context of pair {i} is empty: the first continuation token needs a token before "
                              "it (give the end-of-text token as the context)")
         if not continuation:
-            raise ValueError(f"the continuation of pair {i} is empty: there is nothing to score")
+            raise BadInput(f"the continuation of pair {i} is empty: there is nothing to score")
         if len(continuation) > block:
-            raise ValueError(f"the continuation of pair {i} has {len(continuation)} tokens, more than the model's "
+            raise BadInput(f"the continuation of pair {i} has {len(continuation)} tokens, more than the model's "
                              f"block_size ({block}): score it with rolling_loglikelihood")
         full = (context + continuation)[-(block + 1):]
         rows.append((full, len(continuation)))
@@ -149,10 +151,10 @@ def loglikelihood(model: Any, params: Any, pairs: Sequence[tuple[Sequence[int], 
     >>> loglikelihood(model, params, [([], [9])])
     Traceback (most recent call last):
     ...
-    ValueError: the context of pair 0 is empty: the first continuation token needs a token before it (give the end-of-text token as the context)
+    theseus.errors.BadInput: the context of pair 0 is empty: the first continuation token needs a token before it (give the end-of-text token as the context)
     """  # noqa: E501 - the doctest shows the message whole
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        raise BadInput(f"batch_size must be a positive integer, got {batch_size!r}")
     block, vocab = model_sizes(model, *(sizes or (None, None)))
     rows = _rows(list(pairs), block, vocab)
     order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))  # similar lengths share a bucket
@@ -186,7 +188,7 @@ def rolling_pairs(tokens: Sequence[int], block_size: int, prefix: int | None) ->
     """
     sequence = [int(t) for t in tokens] if prefix is None else [int(prefix), *(int(t) for t in tokens)]
     if len(sequence) < 2:
-        raise ValueError("a rolling log-likelihood needs at least one token to score"
+        raise BadInput("a rolling log-likelihood needs at least one token to score"
                          + (" after the first (there is no prefix token)" if prefix is None else ""))
     return [(sequence[max(0, s + 1 - block_size):s + 1], sequence[s + 1:s + 1 + block_size])
             for s in range(0, len(sequence) - 1, block_size)]

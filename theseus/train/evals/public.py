@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from theseus.errors import BadInput
 from theseus.train.evals.choice import MultipleChoice, Question
 from theseus.train.evals.exact_match import ANSWER_MARKER, Example, exact_match, normalize
 from theseus.train.evals.likelihood import loglikelihood
@@ -99,7 +100,7 @@ def arc_question(row: Mapping[str, Any]) -> Question:
     choices = row["choices"]
     labels = [str(x) for x in choices["label"]]
     if str(row["answerKey"]) not in labels:
-        raise ValueError(f"ARC answerKey {row['answerKey']!r} is not one of the choice labels {labels}")
+        raise BadInput(f"ARC answerKey {row['answerKey']!r} is not one of the choice labels {labels}")
     return Question(f"Question: {row['question']}\nAnswer:", tuple(f" {t}" for t in choices["text"]),
                     labels.index(str(row["answerKey"])))
 
@@ -144,7 +145,7 @@ def lambada_example(row: Mapping[str, Any]) -> tuple[str, str]:
     """
     context, _, word = str(row["text"]).strip().rpartition(" ")
     if not context:
-        raise ValueError(f"a LAMBADA text needs at least two words, got {row['text']!r}")
+        raise BadInput(f"a LAMBADA text needs at least two words, got {row['text']!r}")
     return context, f" {word}"
 
 
@@ -156,7 +157,7 @@ def gsm8k_example(row: Mapping[str, Any]) -> Example:
     """
     answer = str(row["answer"])
     if ANSWER_MARKER not in answer:
-        raise ValueError(f"a GSM8K answer ends with '{ANSWER_MARKER} N', got {answer[-60:]!r}")
+        raise BadInput(f"a GSM8K answer ends with '{ANSWER_MARKER} N', got {answer[-60:]!r}")
     return Example(f"Question: {row['question']}\nAnswer:", normalize(answer.rsplit(ANSWER_MARKER, 1)[1]))
 
 
@@ -181,7 +182,7 @@ class PublicTask(Evaluation):
         """A path is given."""
         source = cls.source(config)
         if not source.path:
-            raise ValueError(f"eval.{cls.field}.path is empty: give a local folder or file, or a hub name")
+            raise BadInput(f"eval.{cls.field}.path is empty: give a local folder or file, or a hub name")
 
     @classmethod
     def rows(cls, config: Any) -> list[Any]:
@@ -193,7 +194,7 @@ class PublicTask(Evaluation):
             try:
                 out.append(cls.convert(row))
             except KeyError as e:
-                raise ValueError(f"{cls.name}: row {i} of {source.path} has no {e.args[0]!r} column; is it "
+                raise BadInput(f"{cls.name}: row {i} of {source.path} has no {e.args[0]!r} column; is it "
                                  f"{cls.name}'s published format?") from None
         return out
 
@@ -302,7 +303,7 @@ class Lambada(PublicTask):
             tail = ids[len(head):] if ids[:len(head)] == head else list(tokenizer.encode(word))
             pairs.append((head, tail))
         if not pairs:
-            raise ValueError("lambada: no texts to score")
+            raise BadInput("lambada: no texts to score")
         scored = loglikelihood(context.model, context.params, pairs, sizes=architecture_sizes(context.config))
         return {"eval/lambada/acc": float(np.mean([s.greedy for s in scored])),
                 "eval/lambada/perplexity": math.exp(-float(np.mean([s.logprob for s in scored])))}
@@ -356,7 +357,7 @@ class GSM8K(PublicTask):
         for key in ("max_new_tokens", "batch_size"):
             value = config.eval.gsm8k[key]
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"eval.gsm8k.{key} must be a positive integer, got {value!r}")
+                raise BadInput(f"eval.gsm8k.{key} must be a positive integer, got {value!r}")
 
     @classmethod
     def run(cls, context: EvalContext) -> dict[str, float]:
@@ -367,7 +368,7 @@ class GSM8K(PublicTask):
         longest = max(len(tokenizer.encode(e.prompt)) for e in examples)
         room = int(context.model.config.block_size) - longest
         if room < 1:
-            raise ValueError(f"gsm8k: a question of {longest} tokens leaves no room to answer in the model's "
+            raise BadInput(f"gsm8k: a question of {longest} tokens leaves no room to answer in the model's "
                              f"block_size ({context.model.config.block_size})")
         result = exact_match(context.model, context.params, tokenizer, examples,
                              max_new_tokens=min(int(settings.max_new_tokens), room),

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from theseus.errors import BadInput
+
 __all__ = ["FORMATS", "data_files", "load_rows"]
 
 #: file extensions and the ``datasets`` builder that reads them
@@ -63,7 +65,7 @@ def load_rows(path: str, split: str = "", subset: str = "") -> list[dict[str, An
     import datasets  # heavy: loaded only when an evaluation reads its data
 
     if not path:
-        raise ValueError("no evaluation data named: give a local folder or file, or a hub name")
+        raise BadInput("no evaluation data named: give a local folder or file, or a hub name")
     local = os.path.exists(path) or path.startswith((".", "/", "~")) or os.path.splitext(path)[1] in FORMATS
     if not local:
         try:
@@ -77,5 +79,5 @@ def load_rows(path: str, split: str = "", subset: str = "") -> list[dict[str, An
     files = [path] if os.path.isfile(path) else data_files(path, split, subset)
     builders = {FORMATS.get(os.path.splitext(f)[1]) for f in files}
     if len(builders) != 1 or None in builders:
-        raise ValueError(f"{path}: the data files must all be parquet or all jsonl/json, got {files}")
+        raise BadInput(f"{path}: the data files must all be parquet or all jsonl/json, got {files}")
     return list(datasets.load_dataset(builders.pop(), data_files=files, split="train"))

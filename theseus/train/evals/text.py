@@ -29,6 +29,7 @@ import numpy as np
 
 from theseus.data import sources
 from theseus.data.store import open_dataset
+from theseus.errors import BadInput
 from theseus.train.evals.likelihood import model_sizes, rolling_loglikelihood
 from theseus.train.evaluations import EvalContext, Evaluation, architecture_sizes, example_limit
 from theseus.train.generate import tokenizer_of
@@ -45,7 +46,7 @@ def text_metrics(logprob: float, tokens: int, nbytes: int) -> dict[str, float]:
     {'bpb': 1.0, 'perplexity': 4.0}
     """
     if tokens < 1 or nbytes < 1:
-        raise ValueError(f"no text scored ({tokens} tokens, {nbytes} bytes): the dataset is empty")
+        raise BadInput(f"no text scored ({tokens} tokens, {nbytes} bytes): the dataset is empty")
     return {"bpb": -logprob / math.log(2) / nbytes, "perplexity": math.exp(-logprob / tokens)}
 
 
@@ -169,7 +170,7 @@ class BitsPerByte(TextEvaluation):
     def run(cls, context: EvalContext) -> dict[str, float]:
         """Score the val split of each of ``context.sources`` in ``context.root``."""
         if context.root is None:
-            raise ValueError("bits-per-byte reads the job's datasets: this context has no root")
+            raise BadInput("bits-per-byte reads the job's datasets: this context has no root")
         eot = int(tokenizer_of(context.config, root=context.root).eot)
         suffix = context.config.data.suffix
         out: dict[str, float] = {}
@@ -225,7 +226,7 @@ class TextFiles(TextEvaluation):
     >>> TextFiles.check(OmegaConf.create({"eval": {"text_files": {"path": ""}}}))
     Traceback (most recent call last):
     ...
-    ValueError: eval.text_files.path is empty: name the .txt / .jsonl / .parquet files to score
+    theseus.errors.BadInput: eval.text_files.path is empty: name the .txt / .jsonl / .parquet files to score
     """
 
     section = "eval"
@@ -235,7 +236,7 @@ class TextFiles(TextEvaluation):
     def check(cls, config: Any) -> None:
         """A path is given."""
         if not config.eval.text_files.path:
-            raise ValueError("eval.text_files.path is empty: name the .txt / .jsonl / .parquet files to score")
+            raise BadInput("eval.text_files.path is empty: name the .txt / .jsonl / .parquet files to score")
 
     @classmethod
     def documents(cls, context: EvalContext) -> Iterable[str]:
