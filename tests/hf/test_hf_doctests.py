@@ -8,7 +8,8 @@ import pytest
 
 from tests.docstrings import names_without_examples
 
-MODULES = [*(f"theseus.hf.{name}" for name in ("safetensors_io", "gpt", "importer", "exporter", "jobs", "layout")),
+MODULES = [*(f"theseus.hf.{name}" for name in ("safetensors_io", "gpt", "importer", "exporter", "jobs", "layout",
+                                                 "peft")),
            "theseus.cli.importing"]
 
 

@@ -12,6 +12,7 @@ MODULES = [
     "theseus.model.layers.dense",
     "theseus.model.layers.mlp",
     "theseus.model.layers.rope",
+    "theseus.model.lora",
 ]
 
 
