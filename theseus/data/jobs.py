@@ -278,6 +278,22 @@ class TokenizeJob(Job):
         """
         raise NotImplementedError
 
+    def tokenize(self, out: DatasetWriter, **common: Any) -> dict:
+        """Tokenize ``source()`` into ``out`` and publish it; the summary. ``common``: ``val_pct``, ``seed``,
+        ``max_samples``, ``on_progress``, ``num_threads``. A job whose rows neither `tokenize_padded` nor
+        `tokenize_contiguous` builds overrides it (preference pairs: `theseus.data.preference`).
+
+        >>> import tempfile
+        >>> job = TokenizePydoc.create(tempfile.mkdtemp(), "t")
+        >>> out = DatasetWriter(job.store.root, "pydoc", job.kind)
+        >>> job.tokenize(out, max_samples=2)["samples"]
+        2
+        """
+        data = self.config.data
+        if self.kind == "padded":
+            return tokenize_padded(self.source(), self.tokenizer, out, block_size=data.block_size, **common)
+        return tokenize_contiguous(self.source(), self.tokenizer, out, max_tokens=data.max_tokens, **common)
+
     def run(self) -> dict:
         """Tokenize, writing progress records; return the summary (with ``dataset`` and ``content_hash``).
 
@@ -302,10 +318,7 @@ class TokenizeJob(Job):
 
             common = {"val_pct": data.val_pct, "seed": data.seed, "max_samples": data.max_samples,
                       "on_progress": on_progress, "num_threads": num_threads()}
-            if self.kind == "padded":
-                summary = tokenize_padded(self.source(), self.tokenizer, out, block_size=data.block_size, **common)
-            else:
-                summary = tokenize_contiguous(self.source(), self.tokenizer, out, max_tokens=data.max_tokens, **common)
+            summary = self.tokenize(out, **common)
         self.writer.write(self.node, {"data/dataset": summary["dataset"], "data/content_hash": summary["content_hash"],
                                       "data/seconds": float(summary["seconds"])})
         self.log.info(f"DATA | wrote {self.kind} dataset {summary['dataset']!r} to "

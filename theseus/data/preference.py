@@ -1,0 +1,387 @@
+"""Preference pairs: ``{"prompt", "chosen", "rejected"}`` records as padded row pairs, and their loader.
+
+``data/tokenize/preference`` writes a padded dataset whose rows come in pairs: row ``2i`` is
+``prompt + chosen + eot`` and row ``2i + 1`` is ``prompt + rejected + eot`` of record ``i``,
+each right-padded with eot, their masks True on the response tokens (and the final eot)
+only. Both rows of a pair go to the same split (a hash of the seed and the record index).
+Its ``meta.json`` says ``"pairs": true``.
+
+`PairLoader` keeps the rows of a pair together in every batch: the ``B`` rows of step k hold
+``B / 2`` pairs, their chosen rows first (rows ``[0, B/2)``) and their rejected rows in
+the same order after (rows ``[B/2, B)``). Row ``j`` and row ``j + B/2`` are one pair, so the
+strided micro-batches of the train step (`theseus.train.step.split_micro_batches`) keep
+whole pairs whenever ``accumulation`` divides ``B / 2``. Step k's pairs are positions
+``k B/2 .. (k + 1) B/2`` of a hash-ordered permutation of the pairs per epoch: the batch of
+step k is a pure function of the data, the seed, the batch size and k.
+
+>>> import json, tempfile, pathlib
+>>> from theseus.data.store import open_dataset
+>>> from theseus.data.tokenizer import get_tokenizer
+>>> folder = pathlib.Path(tempfile.mkdtemp())
+>>> _ = (folder / "p.jsonl").write_text(json.dumps({"prompt": "2+2=", "chosen": "4", "rejected": "5"}) + "\\n")
+>>> out = DatasetWriter(str(folder), "prefs", "padded")
+>>> tokenize_pairs(read_pairs([str(folder / "p.jsonl")]), get_tokenizer(), out, block_size=8, val_pct=0)["pairs"]
+1
+>>> batch = PairLoader(open_dataset(str(folder), "prefs"), batch_size=2, block_size=8).batch(0)
+>>> batch["x"][:, :4].tolist(), batch["padding_mask"].sum(axis=1).tolist()
+([[17, 10, 17, 28], [17, 10, 17, 28]], [2, 2])
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Callable
+
+import fsspec
+import numpy as np
+
+from theseus.data import sources
+from theseus.data.hashing import hash64, uniform
+from theseus.data.jobs import PaddedData, TokenizeJob, TokenizerConfig
+from theseus.data.loader import Loader, check_step
+from theseus.data.store import Dataset, DatasetWriter
+from theseus.data.tokenize import PROGRESS_EVERY
+from theseus.errors import BadInput
+from theseus.jobs import job
+
+__all__ = ["OVERLONG", "PairLoader", "PreferenceConfig", "TokenizePreference", "is_pairs", "pair_rows",
+           "read_pairs", "tokenize_pairs"]
+
+#: what ``data.overlong`` does with a pair whose row does not fit ``block_size``
+OVERLONG = ("truncate", "drop")
+_FIELDS = ("prompt", "chosen", "rejected")
+_PERMS_CACHED = 2
+Progress = Callable[[int, int, int], None]
+
+
+def read_pairs(files: Iterable[str]) -> Iterator[tuple[str, str, str]]:
+    """``(prompt, chosen, rejected)`` of every record of ``.jsonl`` files (one JSON object a line) or ``.json``
+    files (a list of objects), in order; a record without the three string fields is an error naming it.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.jsonl"
+    >>> _ = p.write_text('{"prompt": "Q", "chosen": "yes", "rejected": "no"}\\n{"prompt": "Q"}\\n')
+    >>> pairs = read_pairs([str(p)]); next(pairs)
+    ('Q', 'yes', 'no')
+    >>> next(pairs)
+    Traceback (most recent call last):
+    ...
+    theseus.errors.BadInput: .../a.jsonl record 2: needs string fields prompt, chosen, rejected (missing chosen, rejected)
+    """  # noqa: E501 - a doctest's expected output, printed on one line
+    for path in files:
+        for where, record in _records(path):
+            if not isinstance(record, dict):
+                raise BadInput(f"{path} record {where}: expected a JSON object with prompt, chosen and rejected")
+            wrong = [k for k in _FIELDS if not isinstance(record.get(k), str)]
+            if wrong:
+                raise BadInput(f"{path} record {where}: needs string fields {', '.join(_FIELDS)} "
+                               f"(missing {', '.join(wrong)})")
+            yield record["prompt"], record["chosen"], record["rejected"]
+
+
+def _records(path: str) -> Iterator[tuple[int, object]]:
+    """``(record number from 1, record)`` of a .jsonl or .json file; bad JSON is an error naming the record."""
+    if not path.endswith((".jsonl", ".json")):
+        raise BadInput(f"unsupported preference file {path!r}: expected .jsonl or .json")
+    with fsspec.open(path, "rt", encoding="utf-8") as f:
+        if path.endswith(".json"):
+            try:
+                records = json.load(f)
+            except json.JSONDecodeError as e:
+                raise BadInput(f"{path}: not valid JSON ({e})") from None
+            if not isinstance(records, list):
+                raise BadInput(f"{path}: expected a JSON list of records")
+            yield from enumerate(records, 1)
+            return
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield number, json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise BadInput(f"{path} record {number}: not valid JSON ({e})") from None
+
+
+def pair_rows(prompt: list[int], chosen: list[int], rejected: list[int], eot: int, block_size: int,
+              overlong: str = "truncate") -> tuple[np.ndarray, np.ndarray, bool] | None:
+    """The two rows of one pair: ``(tokens [2, block_size], mask [2, block_size], truncated)``, or None when the
+    pair is left out: a row over ``block_size`` with ``overlong="drop"``, or a row whose response keeps no token
+    after truncation (nothing to compare). Rows are cut on the right, like `tokenize_padded`'s.
+
+    >>> tokens, mask, cut = pair_rows([1, 2], [3], [4, 5], eot=0, block_size=5)
+    >>> tokens.tolist(), mask.astype(int).tolist(), cut
+    ([[1, 2, 3, 0, 0], [1, 2, 4, 5, 0]], [[0, 0, 1, 1, 0], [0, 0, 1, 1, 1]], False)
+    >>> pair_rows([1, 2], [3], [4, 5, 6, 7], eot=0, block_size=5, overlong="drop") is None
+    True
+    """
+    if overlong not in OVERLONG:
+        raise BadInput(f"overlong must be one of {', '.join(OVERLONG)}, got {overlong!r}")
+    tokens = np.full((2, block_size), eot, dtype=np.uint32)
+    mask = np.zeros((2, block_size), dtype=bool)
+    truncated = False
+    for i, response in enumerate((chosen, rejected)):
+        row = [*prompt, *response, eot]
+        if len(row) > block_size:
+            if overlong == "drop":
+                return None
+            truncated, row = True, row[:block_size]
+        if len(row) <= len(prompt):  # the prompt fills the block: no response token to score
+            return None
+        tokens[i, :len(row)] = row
+        mask[i, len(prompt):len(row)] = True
+    return tokens, mask, truncated
+
+
+@dataclass
+class _Counts:
+    """What `tokenize_pairs` has written so far."""
+
+    pairs: int = 0
+    rows: dict = field(default_factory=lambda: {"train": 0, "val": 0})
+    tokens: dict = field(default_factory=lambda: {"train": 0, "val": 0})
+    truncated: int = 0
+    dropped: int = 0
+
+    def progress(self, on_progress: Progress | None) -> None:
+        if on_progress is not None:
+            on_progress(self.pairs, self.tokens["train"], self.tokens["val"])
+
+
+def tokenize_pairs(pairs: Iterable[tuple[str, str, str]], tokenizer, out: DatasetWriter, block_size: int,
+                   val_pct: float = 0.05, seed: int = 2357, max_samples: int = -1, overlong: str = "truncate",
+                   on_progress: Progress | None = None, num_threads: int = 2) -> dict:
+    """Encode ``(prompt, chosen, rejected)`` records into ``out`` (a padded ``DatasetWriter``) as row pairs
+    (`pair_rows`), and publish it with ``"pairs": true`` in its meta.json; returns the summary (``pairs``
+    written, ``truncated`` and ``dropped`` pairs, rows and tokens per split). ``max_samples`` caps the records
+    read; ``on_progress(records, train_tokens, val_tokens)`` every 1,000 records and at the end.
+
+    >>> import tempfile
+    >>> from theseus.data.tokenizer import get_tokenizer
+    >>> out = DatasetWriter(tempfile.mkdtemp(), "p", "padded")
+    >>> s = tokenize_pairs([("1+1=", "2", "3")] * 3 + [("1+1=" * 9, "2", "3")], get_tokenizer(), out, 8, val_pct=0)
+    >>> s["pairs"], s["dropped"], s["train_rows"]
+    (3, 1, 6)
+    """
+    if out.kind != "padded":
+        raise BadInput(f"preference pairs need a 'padded' DatasetWriter, got kind {out.kind!r}")
+    if not 0 <= val_pct < 1 or block_size < 2 or max_samples == 0 or max_samples < -1:
+        raise BadInput(f"val_pct must be in [0, 1), block_size >= 2 and max_samples -1 or positive; got {val_pct}, "
+                       f"{block_size} and {max_samples}")
+    if overlong not in OVERLONG:
+        raise BadInput(f"data.overlong must be one of {', '.join(OVERLONG)}, got {overlong!r}")
+    t0, counts, read = time.perf_counter(), _Counts(), 0
+    try:
+        out.set_tokenizer(tokenizer)
+        records = iter(pairs)
+        while max_samples < 0 or read < max_samples:
+            take = PROGRESS_EVERY if max_samples < 0 else min(PROGRESS_EVERY, max_samples - read)
+            batch = [r for _, r in zip(range(take), records)]
+            if not batch:
+                break
+            _write_batch(batch, read, tokenizer, out, block_size, val_pct, seed, overlong, counts, num_threads)
+            read += len(batch)
+            counts.progress(on_progress)
+        if counts.pairs == 0:
+            raise BadInput(f"no preference pair to write: {read} records read, {counts.dropped} left out (a row "
+                           f"over block_size {block_size} with data.overlong=drop, or a prompt filling the block)")
+        summary = {"records": read, "pairs": counts.pairs, "train_rows": counts.rows["train"],
+                   "val_rows": counts.rows["val"], "train_tokens": counts.tokens["train"],
+                   "val_tokens": counts.tokens["val"], "truncated": counts.truncated, "dropped": counts.dropped,
+                   "overlong": overlong, "block_size": block_size, "val_pct": val_pct, "seed": seed,
+                   "max_samples": max_samples, "seconds": round(time.perf_counter() - t0, 3)}
+        out.update(summary=summary, pairs=True)
+        meta = out.commit()
+    except BaseException:
+        out.abort()
+        raise
+    return {**summary, "samples": read, "content_hash": meta["content_hash"], "dataset": out.dataset}
+
+
+def _write_batch(batch: list, first: int, tokenizer, out: DatasetWriter, block_size: int, val_pct: float,
+                 seed: int, overlong: str, counts: _Counts, num_threads: int) -> None:
+    """Encode and append the pairs of ``batch`` (records ``first``, ``first + 1``...) to their splits."""
+    n = len(batch)
+    encoded = tokenizer.encode_batch([r[i] for i in range(3) for r in batch], num_threads=num_threads)
+    is_val = uniform(seed, np.arange(first, first + n, dtype=np.uint64)) < val_pct
+    rows: dict[str, list] = {"train": [], "val": []}
+    for i in range(n):
+        pair = pair_rows(encoded[i], encoded[n + i], encoded[2 * n + i], tokenizer.eot, block_size, overlong)
+        if pair is None:
+            counts.dropped += 1
+            continue
+        tokens, mask, truncated = pair
+        split = "val" if is_val[i] else "train"
+        rows[split].append((tokens, mask))
+        counts.truncated += truncated
+        counts.pairs += 1
+        counts.tokens[split] += 2 * len(encoded[i]) + int(mask.sum())  # both rows, padding left out
+    for split, pairs in rows.items():
+        if pairs:
+            out.append(split, np.concatenate([t for t, _ in pairs]), np.concatenate([m for _, m in pairs]))
+            counts.rows[split] += 2 * len(pairs)
+
+
+def is_pairs(dataset: Dataset) -> bool:
+    """Whether ``dataset`` holds preference row pairs (written by `tokenize_pairs`).
+
+    >>> import tempfile
+    >>> from theseus.data.store import open_dataset
+    >>> root = tempfile.mkdtemp()
+    >>> with DatasetWriter(root, "toy", "contiguous") as w:
+    ...     w.append("train", np.arange(10)); w.append("val", np.arange(3))
+    >>> is_pairs(open_dataset(root, "toy"))
+    False
+    """
+    return dataset.kind == "padded" and bool(dataset.meta.get("pairs"))
+
+
+class PairLoader(Loader):
+    """A `Loader` of a preference dataset whose batches hold whole pairs: chosen rows first, then the rejected
+    rows of the same pairs in the same order (see the module doc). ``batch_size`` counts rows: twice the pairs.
+
+    >>> import tempfile
+    >>> from theseus.data.store import open_dataset
+    >>> from theseus.data.tokenizer import get_tokenizer
+    >>> root = tempfile.mkdtemp()
+    >>> _ = tokenize_pairs([(f"{i}+0=", f"{i}", "x") for i in range(5)], get_tokenizer(),
+    ...                    DatasetWriter(root, "p", "padded"), 8, val_pct=0)
+    >>> loader = PairLoader(open_dataset(root, "p"), batch_size=4, block_size=8)
+    >>> rows = loader.row_indices(3); rows.tolist() == [2 * (r // 2) + i // 2 for i, r in enumerate(rows)]
+    True
+    >>> bool((loader.batch(3, rows=[1, 3])["x"] == loader.batch(3)["x"][[1, 3]]).all())
+    True
+    """
+
+    def __init__(self, dataset: Dataset, split: str = "train", seed: int = 0, batch_size: int = 8,
+                 block_size: int = 512):
+        if not is_pairs(dataset):
+            raise BadInput(f"dataset {dataset.name!r} holds no preference pairs: make it with "
+                           "data/tokenize/preference")
+        if batch_size < 2 or batch_size % 2:
+            raise BadInput(f"a preference batch holds whole pairs: batch_size must be even, got {batch_size}")
+        super().__init__(dataset, split, seed=seed, batch_size=batch_size, block_size=block_size)
+        if self.n_rows % 2:
+            raise BadInput(f"dataset {dataset.name!r} {split} has {self.n_rows} rows, not whole pairs")
+        self.n_pairs = self.n_rows // 2
+        self._pair_perms: dict[int, np.ndarray] = {}
+
+    def _pair_order(self, epoch: int) -> np.ndarray:
+        """The pairs in the order epoch ``epoch`` visits them (hashed from the seed and the epoch)."""
+        if epoch not in self._pair_perms:
+            if len(self._pair_perms) >= _PERMS_CACHED:
+                self._pair_perms.pop(next(iter(self._pair_perms)))
+            keys = hash64(self.seed, epoch, np.arange(self.n_pairs, dtype=np.uint64))
+            self._pair_perms[epoch] = np.argsort(keys, kind="stable")
+        return self._pair_perms[epoch]
+
+    def row_indices(self, k: int, rows=None) -> np.ndarray:
+        """Dataset rows of the rows of step ``k``: row ``j`` of the batch is the chosen row of pair ``j % (B/2)``
+        of the step, or its rejected row when ``j >= B/2``.
+
+        >>> loader.row_indices(0).shape                       # doctest: +SKIP
+        (4,)
+        """
+        half = self.batch_size // 2
+        g = self._global_rows(rows)
+        position = check_step(k) * half + g % half  # the pair's place in the run's stream of pairs
+        epochs, pos = position // self.n_pairs, position % self.n_pairs
+        pairs = np.empty_like(position)
+        for e in np.unique(epochs).tolist():
+            sel = epochs == e
+            pairs[sel] = self._pair_order(e)[pos[sel]]
+        return 2 * pairs + g // half
+
+    def __repr__(self) -> str:
+        return "Pair" + super().__repr__()
+
+
+# -- the tokenize job ---------------------------------------------------------------------
+
+
+@dataclass
+class PreferenceSource:
+    """``data.preference``: local .jsonl / .json files of ``{"prompt", "chosen", "rejected"}`` records (globs
+    allowed) and the dataset name.
+
+    >>> PreferenceSource().dataset
+    'preference'
+    """
+
+    paths: list[str] = field(default_factory=list)
+    dataset: str = "preference"
+
+
+@dataclass
+class PreferenceData(PaddedData):
+    """``data`` of ``data/tokenize/preference``: the padded keys, the source, and what an overlong pair becomes.
+
+    >>> PreferenceData().overlong
+    'truncate'
+    """
+
+    block_size: int = 512
+    overlong: str = "truncate"
+    preference: PreferenceSource = field(default_factory=PreferenceSource)
+    overwrite: bool = False
+
+
+@dataclass
+class PreferenceConfig:
+    """The config of ``data/tokenize/preference``.
+
+    >>> PreferenceConfig().data.block_size
+    512
+    """
+
+    data: PreferenceData = field(default_factory=PreferenceData)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+
+
+@job("data/tokenize/preference", "Tokenize prompt/chosen/rejected records as padded row pairs for DPO.")
+class TokenizePreference(TokenizeJob):
+    """``{"prompt", "chosen", "rejected"}`` records into the padded pair dataset ``data.preference.dataset``
+    (`tokenize_pairs`); ``data.overlong``: ``truncate`` (cut on the right) or ``drop`` a pair over
+    ``block_size``; the counts of both land in the summary and the log.
+
+    >>> TokenizePreference.defaults().data.preference.dataset
+    'preference'
+    """
+
+    Config = PreferenceConfig
+    kind = "padded"
+
+    @property
+    def dataset(self) -> str:  # type: ignore[override]
+        return self.config.data.preference.dataset
+
+    def check_source(self) -> None:
+        """The paths must be given and exist; ``data.overlong`` must be known.
+
+        >>> import tempfile
+        >>> TokenizePreference.create(tempfile.mkdtemp(), "t")
+        Traceback (most recent call last):
+        ...
+        theseus.errors.BadInput: data.preference.paths is empty: set it to your .jsonl files of prompt, chosen and rejected
+        """  # noqa: E501 - a doctest's expected output, printed on one line
+        if self.config.data.overlong not in OVERLONG:
+            raise BadInput(f"data.overlong must be one of {', '.join(OVERLONG)}, got {self.config.data.overlong!r}")
+        paths = list(self.config.data.preference.paths)
+        if not paths:
+            raise BadInput("data.preference.paths is empty: set it to your .jsonl files of prompt, chosen and "
+                           "rejected")
+        self.files = sources.expand_paths(paths)
+
+    def source(self) -> Iterator[tuple[str, str, str]]:
+        """The records' ``(prompt, chosen, rejected)``."""
+        return read_pairs(self.files)
+
+    def tokenize(self, out: DatasetWriter, **common) -> dict:
+        """Write the pairs into ``out`` (`tokenize_pairs`) and log what was truncated and left out."""
+        data = self.config.data
+        summary = tokenize_pairs(self.source(), self.tokenizer, out, block_size=data.block_size,
+                                 overlong=data.overlong, **common)
+        self.log.info(f"DATA | {summary['pairs']} pairs of {summary['records']} records | {summary['truncated']} "
+                      f"truncated | {summary['dropped']} left out (data.overlong={data.overlong})")
+        return summary
