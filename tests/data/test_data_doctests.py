@@ -5,7 +5,7 @@ import importlib
 
 import pytest
 
-MODULES = ["hashing", "tokenizer", "sources", "store", "tokenize", "loader", "mixture", "passes"]
+MODULES = ["hashing", "tokenizer", "sources", "store", "tokenize", "loader", "mixture", "passes", "chat", "packing"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -125,7 +125,8 @@ def test_missing_dataset_names_close_datasets_and_the_tokenize_jobs_that_exist(t
     msg = str(e.value)
     assert "(available: pydoc; did you mean 'pydoc'?)" in msg
     assert "no tokenize job is registered as 'data/tokenize/pydocs' (did you mean data/tokenize/pydoc?)" in msg
-    assert "the tokenize jobs are data/tokenize/addition, data/tokenize/alpaca, data/tokenize/fineweb" in msg
+    assert ("the tokenize jobs are data/tokenize/addition, data/tokenize/alpaca, data/tokenize/chat, "
+            "data/tokenize/fineweb") in msg
     assert "theseus run data/tokenize/pydocs" not in msg  # never a command that cannot run
     with pytest.raises(DatasetNotFound) as e:  # a registered job: the command to run, no list
         open_dataset(tmp_path, "fineweb")

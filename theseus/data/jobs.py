@@ -3,8 +3,9 @@
 Contiguous (pretraining) datasets: ``data/tokenize/fineweb``,
 ``data/tokenize/text`` (your own files) and ``data/tokenize/pydoc`` (the
 Python documentation that ships with Python: no network, no download).
-Padded (instruction) datasets: ``data/tokenize/addition`` and
-``data/tokenize/alpaca``.
+Padded (instruction) datasets: ``data/tokenize/addition``,
+``data/tokenize/alpaca`` and ``data/tokenize/chat`` (conversations rendered
+with the tokenizer's chat template, optionally packed).
 
 Each job checks its inputs in ``setup()`` (tokenizer, corpus paths, an existing
 dataset without ``data.overwrite``), so bad input writes nothing. While it runs
@@ -37,16 +38,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from theseus.config import to_dict
 from theseus.data import sources
+from theseus.data.chat import load_template
 from theseus.data.store import META, DatasetWriter, check_name, data_dir
-from theseus.data.tokenize import tokenize_contiguous, tokenize_padded
+from theseus.data.tokenize import OVERLONG, tokenize_chat, tokenize_contiguous, tokenize_padded
 from theseus.data.tokenizer import TokenizerConfig, get_tokenizer
 from theseus.errors import BadInput
 from theseus.jobs import Job, job
 from theseus.store.layout import DATA
 
 __all__ = [
-    "TokenizeAddition", "TokenizeAlpaca", "TokenizeFineweb", "TokenizeJob", "TokenizePydoc", "TokenizeText",
-    "TokenizerConfig",
+    "TokenizeAddition", "TokenizeAlpaca", "TokenizeChat", "TokenizeFineweb", "TokenizeJob", "TokenizePydoc",
+    "TokenizeText", "TokenizerConfig",
 ]
 
 # -- configs ------------------------------------------------------------------
@@ -81,6 +83,17 @@ class AlpacaSource:
     """``data.alpaca``: local .json / .jsonl files in Alpaca's format (None: the hub's tatsu-lab/alpaca)."""
 
     data_files: list[str] | None = None
+
+
+@dataclass
+class ChatSource:
+    """``data.chat``: local .jsonl files of ``{"messages": [...]}`` (or ``prompt`` / ``response``) records, or
+    folders of a Hugging Face dataset saved with ``save_to_disk``; the dataset name; the chat template
+    ("": the tokenizer's own, ChatML for tiktoken; "chatml"; or the path of a .jinja file)."""
+
+    paths: list[str] = field(default_factory=list)
+    dataset: str = "chat"
+    template: str = ""
 
 
 @dataclass
@@ -136,6 +149,18 @@ class AlpacaData(PaddedData):
 
 
 @dataclass
+class ChatData(PaddedData):
+    """``data.overlong``: a conversation longer than ``block_size`` is cut to it (truncate) or left out (drop);
+    ``data.pack``: several conversations per row, with segment ids."""
+
+    block_size: int = 1024
+    overlong: str = "truncate"
+    pack: bool = False
+    chat: ChatSource = field(default_factory=ChatSource)
+    overwrite: bool = False
+
+
+@dataclass
 class FinewebConfig:
     data: FinewebData = field(default_factory=FinewebData)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
@@ -162,6 +187,12 @@ class AdditionConfig:
 @dataclass
 class AlpacaConfig:
     data: AlpacaData = field(default_factory=AlpacaData)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+
+
+@dataclass
+class ChatConfig:
+    data: ChatData = field(default_factory=ChatData)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
 
 
@@ -480,3 +511,51 @@ class TokenizeAlpaca(TokenizeJob):
     def source(self) -> Iterator[tuple[str, str]]:
         """(prompt, response) pairs."""
         return sources.alpaca(None if self.config.data.alpaca.data_files is None else self.files)
+
+
+@job("data/tokenize/chat", "Tokenize chat conversations with the tokenizer's chat template, loss on assistant turns.")
+class TokenizeChat(TokenizeJob):
+    """Conversations into the padded dataset ``data.chat.dataset``, the loss mask on the assistant turns.
+
+    Each conversation is rendered with the chat template of ``tokenizer`` (an imported model's
+    own; ChatML for tiktoken; or ``data.chat.template``), one per row or, with ``data.pack``,
+    several per row with segment ids. The share of real (not padding) tokens and the
+    conversations truncated or dropped as longer than ``data.block_size`` (``data.overlong``)
+    are logged and recorded (``data/real_token_share``, ``data/truncated``, ``data/dropped``).
+
+    >>> TokenizeChat.defaults().data.overlong, TokenizeChat.defaults().data.pack
+    ('truncate', False)
+    """
+
+    Config = ChatConfig
+    kind = "padded"
+
+    @property
+    def dataset(self) -> str:  # type: ignore[override]
+        return self.config.data.chat.dataset
+
+    def check_source(self) -> None:
+        """The paths must exist, ``data.overlong`` be known and the tokenizer have a chat template."""
+        data = self.config.data
+        if data.overlong not in OVERLONG:
+            raise BadInput(f"data.overlong must be one of {', '.join(OVERLONG)}, got {data.overlong!r}")
+        self.files = sources.check_chat_paths(list(data.chat.paths))
+        self.template = load_template(self.tokenizer, data.chat.template)
+
+    def source(self) -> Iterator[tuple[str, list]]:
+        """``(where, messages)`` of each conversation."""
+        return sources.chat_records(self.files)
+
+    def tokenize(self, out: DatasetWriter, **common: Any) -> dict:
+        """``tokenize_chat`` of the conversations into ``out``; its counts logged and recorded."""
+        data = self.config.data
+        common.pop("num_threads", None)  # rendering a template is Python work: one thread
+        summary = tokenize_chat(self.source(), self.tokenizer, self.template, out, block_size=data.block_size,
+                                overlong=data.overlong, pack=data.pack, **common)
+        self.writer.write(self.node, {"data/real_token_share": float(summary["real_token_share"]),
+                                      "data/truncated": summary["truncated"], "data/dropped": summary["dropped"]})
+        self.log.info(f"DATA | {summary['samples']} conversations | {summary['truncated']} truncated, "
+                      f"{summary['dropped']} dropped as longer than {data.block_size} tokens "
+                      f"(data.overlong={data.overlong}) | real tokens {100 * summary['real_token_share']:.1f}% of "
+                      f"{summary['train_rows'] + summary['val_rows']} rows{' (packed)' if data.pack else ''}")
+        return summary

@@ -6,6 +6,9 @@ a hash of (seed, k, r); row r of step k of a padded dataset is position
 epoch. Any host or device can therefore build exactly its own rows of any
 step (``batch(k, rows=slice(4, 8))``), and a resumed run sees the same batches
 as an uninterrupted one whatever the topology.
+
+A packed dataset's batches also carry ``segment_ids`` and ``positions``
+(``theseus.data.packing``).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from theseus.data.hashing import below, hash64
+from theseus.data.packing import packed_batch
 from theseus.data.store import Dataset
 from theseus.errors import BadInput
 
@@ -79,7 +83,7 @@ class Loader:
                                  f"a row needs {self.block_size + 1} tokens and the split has {n}")
             self.n_starts = n - self.block_size  # starts in [0, n - block_size - 1]
         else:
-            self.mask = dataset.mask(split)
+            self.mask, self.segments = dataset.mask(split), dataset.segments(split)
             self.n_rows, width = self.tokens.shape
             if self.block_size > width:
                 raise BadInput(f"block_size {self.block_size} is longer than the rows of padded dataset "
@@ -94,7 +98,8 @@ class Loader:
     def batch(self, k: int, rows=None) -> dict[str, np.ndarray]:
         """Rows ``rows`` (a slice or index array of global rows; default all) of the batch of step ``k``:
         ``x``, ``y`` (int32 ``[R, block_size]``, y the next tokens) and ``padding_mask``
-        (bool, True where y counts in the loss).
+        (bool, True where y counts in the loss); for a packed dataset also ``segment_ids`` and
+        ``positions`` (int32, per token of x).
 
         >>> loader.batch(0)["padding_mask"].all()            # doctest: +SKIP
         True
@@ -153,9 +158,14 @@ class Loader:
         idx = self.row_indices(k, r)
         T, width = self.block_size, self.tokens.shape[1]
         tokens, mask = np.asarray(self.tokens[idx]), np.asarray(self.mask[idx])
+        segments = None if self.segments is None else np.asarray(self.segments[idx])
         if T == width:  # y needs one token past the row: pad it, out of the loss
             tokens = np.concatenate([tokens, np.full((len(r), 1), self.eot, tokens.dtype)], axis=1)
             mask = np.concatenate([mask, np.zeros((len(r), 1), bool)], axis=1)
+            if segments is not None:
+                segments = np.concatenate([segments, np.zeros((len(r), 1), segments.dtype)], axis=1)
+        if segments is not None:
+            return packed_batch(tokens, mask, segments, T)
         return {
             "x": tokens[:, :T].astype(np.int32),
             "y": tokens[:, 1:T + 1].astype(np.int32),

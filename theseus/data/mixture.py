@@ -18,6 +18,9 @@ size, k), as for the single-dataset ``Loader``, and is built without walking ear
   a contiguous dataset, or position i of the hashed epoch permutations of a padded one, so
   a padded source visits every row once per epoch without gaps, and two sources holding the
   same data read different samples.
+
+A mixture with a packed dataset (``theseus.data.packing``) gives every batch ``segment_ids`` and
+``positions``: the rows of the other datasets are one segment each.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 
 from theseus.data.hashing import below, hash64
 from theseus.data.loader import check_step, global_rows
+from theseus.data.packing import packed_batch, positions
 from theseus.data.store import Dataset, check_name, open_dataset
 from theseus.errors import BadInput
 
@@ -85,7 +89,7 @@ class _Stream:
                                  f"a row needs {block_size + 1} tokens and the split has {n}")
             self.windows = np.lib.stride_tricks.sliding_window_view(self.tokens, block_size + 1)  # nothing read yet
         else:
-            self.mask = dataset.mask(split)
+            self.mask, self.segments = dataset.mask(split), dataset.segments(split)
             self.n_rows = self.tokens.shape[0]
             if self.n_rows == 0:
                 raise BadInput(f"dataset {dataset.name!r} has no {split} rows")
@@ -117,6 +121,13 @@ class _Stream:
         mask = np.zeros((len(idx), T + 1), dtype=bool)
         tokens[:, :width] = self.tokens[idx, :width]
         mask[:, :width] = self.mask[idx, :width]
+        if self.segments is not None:
+            segments = np.zeros((len(idx), T + 1), dtype=self.segments.dtype)
+            segments[:, :width] = self.segments[idx, :width]
+            batch = packed_batch(tokens, mask, segments, T)
+            for key in ("x", "y", "padding_mask", "segment_ids"):  # positions: of the whole batch, at its end
+                out[key][at] = batch[key]
+            return
         out["x"][at] = tokens[:, :T]
         out["y"][at] = tokens[:, 1:]
         out["padding_mask"][at] = mask[:, 1:]
@@ -183,6 +194,7 @@ class MixtureLoader:
         self.source_seeds = tuple(int(hash64(self.seed, _SOURCE_STREAM, s)) for s in range(len(sources)))
         self._streams = [_Stream(dataset, split, s_seed, self.block_size)
                          for (dataset, _), s_seed in zip(sources, self.source_seeds)]
+        self.packed = any(dataset.packed for dataset in self.datasets)
 
     def _counts_before(self, n_rows: int) -> np.ndarray:
         """Rows of each source among the first ``n_rows`` rows of the run."""
@@ -226,7 +238,8 @@ class MixtureLoader:
     def batch(self, k: int, rows=None) -> dict[str, np.ndarray]:
         """Rows ``rows`` (a slice or index array of global rows; default all) of the batch of step ``k``:
         ``x``, ``y`` (int32 ``[R, block_size]``, y the next tokens) and ``padding_mask``
-        (bool, True where y counts in the loss).
+        (bool, True where y counts in the loss); with a packed dataset also ``segment_ids`` and
+        ``positions`` (int32, per token of x).
 
         A padded row narrower than the block is padded with eot, out of the loss:
 
@@ -246,10 +259,14 @@ class MixtureLoader:
         T = self.block_size
         out = {"x": np.empty((len(r), T), np.int32), "y": np.empty((len(r), T), np.int32),
                "padding_mask": np.ones((len(r), T), bool)}
+        if self.packed:
+            out["segment_ids"] = np.ones((len(r), T), np.int32)
         for s, stream in enumerate(self._streams):
             at = np.flatnonzero(source == s)
             if at.size:
                 stream.read(sample[at], at, out)
+        if self.packed:
+            out["positions"] = positions(out["segment_ids"])
         return out
 
     def __repr__(self) -> str:

@@ -222,3 +222,87 @@ def _alpaca_pairs(records) -> Iterator[tuple[str, str]]:
         if missing:
             raise BadInput(f"alpaca record {i} lacks {', '.join(missing)} (fields: instruction, input, output)")
         yield alpaca_prompt(r["instruction"], r.get("input") or ""), r["output"]
+
+
+def chat_messages(record, where: str) -> list:
+    """The messages of one chat record: its ``messages``, or a ``prompt`` / ``response`` pair as a user and an
+    assistant turn. Anything else is a ``BadInput`` naming ``where``.
+
+    >>> chat_messages({"prompt": "1+1?", "response": "2"}, "a.jsonl:1")[1]
+    {'role': 'assistant', 'content': '2'}
+    """
+    if isinstance(record, dict) and "messages" in record:
+        return record["messages"]
+    if isinstance(record, dict) and isinstance(record.get("prompt"), str) and isinstance(record.get("response"), str):
+        return [{"role": "user", "content": record["prompt"]}, {"role": "assistant", "content": record["response"]}]
+    keys = ", ".join(map(repr, record)) if isinstance(record, dict) else type(record).__name__
+    raise BadInput(f"{where}: a chat record has 'messages' (a list of {{'role', 'content'}}) or 'prompt' and "
+                   f"'response' strings, got {keys}")
+
+
+def _is_saved_dataset(path: str) -> bool:
+    return os.path.isdir(path) and any(os.path.isfile(os.path.join(path, n))
+                                       for n in ("dataset_info.json", "state.json", "dataset_dict.json"))
+
+
+def check_chat_paths(paths: Sequence[str]) -> list[str]:
+    """The chat corpus: ``.jsonl`` files (globs expanded) and folders of a Hugging Face dataset saved with
+    ``save_to_disk``, each checked to exist.
+
+    >>> check_chat_paths([])
+    Traceback (most recent call last):
+    ...
+    theseus.errors.BadInput: data.chat.paths is empty: ...
+    """
+    if not paths:
+        raise BadInput('data.chat.paths is empty: set it to .jsonl files of {"messages": [...]} records or saved '
+                       'dataset folders')
+    out = []
+    for p in map(os.fspath, paths):
+        if _is_saved_dataset(p):
+            out.append(p)
+            continue
+        files = expand_paths([p])
+        wrong = [f for f in files if not f.endswith(".jsonl")]
+        if wrong:
+            raise BadInput(f"chat corpus {wrong[0]!r} is neither a .jsonl file nor a saved dataset folder")
+        out += files
+    return out
+
+
+def chat_records(paths: Sequence[str]) -> Iterator[tuple[str, list]]:
+    """``(where, messages)`` of each conversation of ``check_chat_paths(paths)``, ``where`` naming the row
+    (``file:line``, or ``folder[index]`` of a saved dataset).
+
+    >>> import tempfile, json, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "c.jsonl"
+    >>> _ = p.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\\n")
+    >>> [(where.endswith("c.jsonl:1"), m[0]["content"]) for where, m in chat_records([str(p)])]
+    [(True, 'hi')]
+    """
+    for path in check_chat_paths(paths):
+        if _is_saved_dataset(path):
+            yield from _saved_chat_records(path)
+            continue
+        with fsspec.open(path, "rt", encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    where = f"{path}:{lineno}"
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError as e:
+                        raise BadInput(f"{where}: not a JSON line ({e.msg})") from None
+                    yield where, chat_messages(record, where)
+
+
+def _saved_chat_records(path: str) -> Iterator[tuple[str, list]]:
+    # lazily: Hugging Face datasets is heavy and only saved datasets need it
+    import datasets
+
+    saved = datasets.load_from_disk(path)
+    if isinstance(saved, datasets.DatasetDict):
+        if "train" not in saved:
+            raise BadInput(f"{path}: a saved DatasetDict without a 'train' split (splits: {', '.join(saved)})")
+        saved = saved["train"]
+    for i, record in enumerate(saved):
+        yield f"{path}[{i}]", chat_messages(record, f"{path}[{i}]")

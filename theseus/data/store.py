@@ -4,7 +4,9 @@ A dataset folder holds NumPy ``.npy`` arrays and a ``meta.json``:
 
 - contiguous: ``train.npy``, ``val.npy``: uint32 token streams (documents joined by eot);
 - padded: ``train.npy``, ``val.npy``: uint32 ``[rows, block_size]``, plus
-  ``train_mask.npy``, ``val_mask.npy``: bool loss masks of the same shape.
+  ``train_mask.npy``, ``val_mask.npy``: bool loss masks of the same shape;
+  a packed one (several conversations per row) also ``train_segments.npy``,
+  ``val_segments.npy``: int32 segment ids (0 padding, 1.. per conversation).
 
 A dataset exists exactly when its ``meta.json`` exists; ``meta.json`` is written
 last. ``DatasetWriter`` streams arrays into a hidden staging folder
@@ -39,6 +41,7 @@ KINDS = ("contiguous", "padded")
 SPLITS = ("train", "val")
 TOKEN_DTYPE = np.dtype("<u4")
 MASK_DTYPE = np.dtype("|b1")
+SEGMENT_DTYPE = np.dtype("<i4")
 HEADER_BYTES = 128  # fixed .npy header size, so the shape can be rewritten in place at the end
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]*$")
 _BLOCK = 16 << 20
@@ -146,6 +149,7 @@ class DatasetWriter:
         self.meta: dict = {"source": source}
         self.tokenizer: dict | None = None
         self.block_size: int | None = None
+        self.packed: bool | None = None  # set by the first append of a padded dataset
         self.files: dict[str, NpyAppender] = {}
         if self.local:
             os.makedirs(f"{base}/{DATA}", exist_ok=True)
@@ -180,9 +184,10 @@ class DatasetWriter:
             self.files[name] = NpyAppender(os.path.join(self.staging, name + ".npy"), dtype, row_shape)
         return self.files[name]
 
-    def append(self, split: str, tokens, mask=None) -> None:
+    def append(self, split: str, tokens, mask=None, segments=None) -> None:
         """Append tokens to ``split``: a 1-D array (contiguous), or ``[rows, block_size]``
-        tokens with a bool ``mask`` of the same shape (padded).
+        tokens with a bool ``mask`` of the same shape (padded), and for a packed dataset the
+        ``segments`` ids of the same shape (every append of a dataset gives them, or none does).
 
         >>> w = DatasetWriter(tempfile.mkdtemp(), "p", "padded")
         >>> w.append("train", np.zeros((2, 4)), np.ones((2, 4), bool)); w.abort()
@@ -202,9 +207,14 @@ class DatasetWriter:
             raise BadInput("a padded dataset takes [rows, block_size] tokens and a mask of the same shape, "
                              f"got {tokens.shape} and {None if mask is None else mask.shape}")
         if self.block_size is None:
-            self.block_size = tokens.shape[1]
+            self.block_size, self.packed = tokens.shape[1], segments is not None
+        if self.packed != (segments is not None) or (segments is not None and np.shape(segments) != tokens.shape):
+            raise BadInput(f"dataset {self.dataset!r}: {'every' if self.packed else 'no'} append of a "
+                           f"{'packed' if self.packed else 'padded'} dataset takes segments of the tokens' shape")
         self._file(split, TOKEN_DTYPE, (self.block_size,)).append(tokens)
         self._file(split + "_mask", MASK_DTYPE, (self.block_size,)).append(mask)
+        if segments is not None:
+            self._file(split + "_segments", SEGMENT_DTYPE, (self.block_size,)).append(segments)
 
     def commit(self) -> dict:
         """Finish the arrays, write meta.json and publish; return the meta dict."""
@@ -223,10 +233,11 @@ class DatasetWriter:
         if self.kind == "padded" and self.block_size is None:
             raise BadInput(f"padded dataset {self.dataset!r} has no rows; nothing to write")
         names = list(SPLITS) + ([f"{s}_mask" for s in SPLITS] if self.kind == "padded" else [])
+        names += [f"{s}_segments" for s in SPLITS] if self.packed else []
         row = () if self.kind == "contiguous" else (self.block_size,)
         arrays = {}
         for name in names:
-            dtype = MASK_DTYPE if name.endswith("_mask") else TOKEN_DTYPE
+            dtype = {"mask": MASK_DTYPE, "segments": SEGMENT_DTYPE}.get(name.rpartition("_")[2], TOKEN_DTYPE)
             arrays[name] = self._file(name, dtype, row).close()
         content = hashlib.sha256("".join(f"{n}:{a['sha256']}\n" for n, a in arrays.items()).encode())
         meta = {
@@ -236,6 +247,7 @@ class DatasetWriter:
             "tokenizer": self.tokenizer,
             "dtype": TOKEN_DTYPE.name,
             "block_size": self.block_size,
+            **({"packed": True} if self.packed else {}),
             "counts": {s: arrays[s]["shape"][0] for s in SPLITS},
             "arrays": arrays,
             "content_hash": content.hexdigest(),
@@ -323,6 +335,25 @@ class Dataset:
         if split not in SPLITS:
             raise BadInput(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
         return self._array(split + "_mask") if self.kind == "padded" else None
+
+    @property
+    def packed(self) -> bool:
+        """Whether the rows hold several conversations each, told apart by ``segments``.
+
+        >>> open_dataset(root, "alpaca").packed    # doctest: +SKIP
+        False
+        """
+        return bool(self.meta.get("packed"))
+
+    def segments(self, split: str = "train") -> np.ndarray | None:
+        """The int32 segment ids of ``split`` (packed datasets: 0 padding, 1.. per conversation), or None.
+
+        >>> open_dataset(root, "chat").segments("train")[0]    # doctest: +SKIP
+        array([1, 1, ..., 2, 2, 0, 0], dtype=int32)
+        """
+        if split not in SPLITS:
+            raise BadInput(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+        return self._array(split + "_segments") if self.packed else None
 
     def __repr__(self) -> str:
         return f"Dataset({self.name!r}, kind={self.kind!r}, counts={self.meta['counts']}, at {self.location!r})"

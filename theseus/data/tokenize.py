@@ -2,7 +2,9 @@
 
 ``tokenize_contiguous`` joins documents (each followed by eot) into train and
 val token streams; ``tokenize_padded`` turns (prompt, response) pairs into
-fixed-length rows with a loss mask on the response. Both write through a
+fixed-length rows with a loss mask on the response; ``tokenize_chat`` renders
+conversations with a chat template, masked on the assistant turns, one or
+(packed) several per row. Both write through a
 ``DatasetWriter`` and publish it when done (or drop it on error).
 
 Which document goes to validation is a hash of (seed, document index), so the
@@ -19,8 +21,10 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
+from theseus.data.chat import ChatTemplate, encode_chat
 from theseus.data.hashing import uniform
-from theseus.data.store import DatasetWriter
+from theseus.data.packing import Packer
+from theseus.data.store import SPLITS, DatasetWriter
 from theseus.errors import BadInput
 
 PROGRESS_EVERY = 1000
@@ -233,4 +237,103 @@ def tokenize_padded(pairs: Iterable[tuple[str, str]], tokenizer, out: DatasetWri
     except BaseException:
         out.abort()
         raise
+    return {**summary, "content_hash": meta["content_hash"], "dataset": out.dataset}
+
+
+OVERLONG = ("truncate", "drop")
+
+
+class _Rows:
+    """The rows of one split, appended to the writer ``FLUSH_ROWS`` at a time; packed by a ``Packer`` when given."""
+
+    FLUSH_ROWS = 256
+
+    def __init__(self, out: DatasetWriter, split: str, width: int, eot: int, packer: Packer | None):
+        self.out, self.split, self.width, self.eot, self.packer = out, split, width, eot, packer
+        self.pending: list[tuple[np.ndarray, ...]] = []
+        self.rows = self.tokens = 0
+
+    def add(self, tokens: np.ndarray, mask: np.ndarray) -> None:
+        self.tokens += len(tokens)
+        if self.packer is not None:
+            self.pending += self.packer.add(tokens, mask)
+        else:
+            row, row_mask = np.full(self.width, self.eot, np.uint32), np.zeros(self.width, bool)
+            row[:len(tokens)], row_mask[:len(tokens)] = tokens, mask
+            self.pending.append((row, row_mask))
+        if len(self.pending) >= self.FLUSH_ROWS:
+            self.flush()
+
+    def flush(self, last: bool = False) -> None:
+        if last and self.packer is not None:
+            self.pending += self.packer.finish()
+        if self.pending:
+            self.out.append(self.split, *(np.stack(column) for column in zip(*self.pending)))
+            self.rows += len(self.pending)
+            self.pending = []
+
+
+def _rows_summary(rows: dict[str, _Rows], width: int) -> dict:
+    """Rows and real tokens of each split, and the share of the rows' tokens that are real (not padding)."""
+    counts = {f"{split}_{what}": getattr(r, what) for split, r in rows.items() for what in ("rows", "tokens")}
+    n_rows, n_tokens = sum(r.rows for r in rows.values()), sum(r.tokens for r in rows.values())
+    return {**counts, "real_token_share": round(n_tokens / (n_rows * width), 6)}
+
+
+def tokenize_chat(records: Iterable[tuple[str, list]], tokenizer, template: ChatTemplate, out: DatasetWriter,
+                  block_size: int, overlong: str = "truncate", pack: bool = False, val_pct: float = 0.05,
+                  seed: int = 2357, max_samples: int = -1, on_progress: Progress | None = None) -> dict:
+    """Encode ``(where, messages)`` conversations with ``template`` into ``out`` (a padded ``DatasetWriter``).
+
+    Each conversation's mask covers its assistant turns (``theseus.data.chat``); one longer than
+    ``block_size`` is cut to it (``overlong="truncate"``: dropped where no assistant token is left)
+    or dropped (``"drop"``), both counted. ``pack`` puts several conversations in a row with segment
+    ids (``theseus.data.packing``). The summary's ``real_token_share`` is the share of the rows'
+    tokens that are conversation, not padding.
+
+    >>> import tempfile
+    >>> from theseus.data.chat import CHATML, ChatTemplate
+    >>> from theseus.data.tokenizer import get_tokenizer
+    >>> chat = [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]
+    >>> out = DatasetWriter(tempfile.mkdtemp(), "chat", "padded")
+    >>> s = tokenize_chat([(f"row {i}", chat) for i in range(8)], get_tokenizer(), ChatTemplate(CHATML), out,
+    ...                   block_size=128, pack=True, val_pct=0)
+    >>> s["samples"], s["train_rows"], s["real_token_share"]  # 32 tokens a conversation: 4 fill a row
+    (8, 2, 1.0)
+    """
+    with out:  # an error drops everything written
+        _check_common(out, "padded", val_pct, max_samples=max_samples)
+        if block_size < 2 or overlong not in OVERLONG:
+            raise BadInput(f"block_size must be >= 2 and data.overlong one of {', '.join(OVERLONG)}, got "
+                           f"{block_size} and {overlong!r}")
+        t0, samples, truncated, dropped = time.perf_counter(), 0, 0, 0
+        out.set_tokenizer(tokenizer)
+        rows = {s: _Rows(out, s, block_size, tokenizer.eot, Packer(block_size, tokenizer.eot) if pack else None)
+                for s in SPLITS}
+        for where, messages in (records if max_samples < 0 else itertools.islice(records, max_samples)):
+            tokens, mask = encode_chat(template, tokenizer, messages, where)
+            split = "val" if float(uniform(seed, samples)) < val_pct else "train"
+            samples += 1
+            if len(tokens) <= block_size:
+                rows[split].add(tokens, mask)
+            elif overlong == "drop" or not mask[:block_size].any():
+                dropped += 1
+            else:
+                rows[split].add(tokens[:block_size], mask[:block_size])
+                truncated += 1
+            if on_progress is not None and samples % PROGRESS_EVERY == 0:
+                on_progress(samples, rows["train"].tokens, rows["val"].tokens)
+        for r in rows.values():
+            r.flush(last=True)
+        if rows["train"].rows + rows["val"].rows == 0:
+            raise BadInput(f"no conversation to write: {samples} read, {dropped} dropped as longer than "
+                           f"block_size {block_size} (data.overlong={overlong})")
+        if on_progress is not None and samples % PROGRESS_EVERY:
+            on_progress(samples, rows["train"].tokens, rows["val"].tokens)
+        summary = {**_rows_summary(rows, block_size), "samples": samples, "truncated": truncated, "dropped": dropped,
+                   "overlong": overlong, "packed": pack, "template": template.name, "block_size": block_size,
+                   "val_pct": val_pct, "seed": seed, "max_samples": max_samples,
+                   "seconds": round(time.perf_counter() - t0, 3)}
+        out.update(summary=summary)
+        meta = out.commit()
     return {**summary, "content_hash": meta["content_hash"], "dataset": out.dataset}

@@ -101,6 +101,15 @@ class TiktokenTokenizer:
         """
         return self.encoding.encode_ordinary(text)
 
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[int]]:
+        """Token ids of one text (as ``encode``) and the character offset in ``text`` where each token starts.
+
+        >>> get_tokenizer().encode_with_offsets("hello world")
+        ([15339, 1917], [0, 5])
+        """
+        ids = self.encode(text)
+        return ids, list(self.encoding.decode_with_offsets(ids)[1])
+
     def decode(self, ids: Sequence[int]) -> str:
         """The text of ``ids``.
 
@@ -126,10 +135,11 @@ class HuggingFaceTokenizer:
 
     backend = "huggingface"
 
-    def __init__(self, tokenizer, name: str, eot: int):
+    def __init__(self, tokenizer, name: str, eot: int, folder: str | None = None):
         self.tokenizer = tokenizer
         self.name = name
         self.eot = eot
+        self.folder = folder  # where tokenizer.json lies: its tokenizer_config.json holds the chat template
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
 
     def encode_batch(self, texts: list[str], num_threads: int = 2) -> list[list[int]]:
@@ -148,6 +158,15 @@ class HuggingFaceTokenizer:
         [...]
         """
         return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[int]]:
+        """Token ids of one text (as ``encode``) and the character offset in ``text`` where each token starts.
+
+        >>> get_tokenizer("huggingface", "/path/to/tokenizer-folder").encode_with_offsets("hi")  # doctest: +SKIP
+        ([...], [0, ...])
+        """
+        encoding = self.tokenizer.encode(text, add_special_tokens=False)
+        return encoding.ids, [start for start, _ in encoding.offsets]
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of ``ids`` (special tokens kept).
@@ -239,7 +258,7 @@ def _huggingface(name: str, use_fast: bool, use_remote_code: bool, root: str | N
     except ImportError as e:
         raise ImportError("the huggingface tokenizer backend needs the `tokenizers` package") from e
     tok = tokenizers.Tokenizer.from_file(path)
-    return HuggingFaceTokenizer(tok, name, _find_eot(os.path.dirname(path), tok))
+    return HuggingFaceTokenizer(tok, name, _find_eot(os.path.dirname(path), tok), folder=os.path.dirname(path))
 
 
 def get_tokenizer(backend: str = "tiktoken", name: str = "cl100k_base", use_fast: bool = True,
