@@ -216,3 +216,18 @@ def encode_chat(template: ChatTemplate, tokenizer, messages, where: str) -> tupl
         raise BadInput(f"{where}: the conversation has no assistant tokens to train on (roles: "
                        f"{', '.join(m['role'] for m in messages)})")
     return np.asarray(ids, dtype=np.uint32), mask
+
+
+def chat_prompt(template: ChatTemplate, prompt: str) -> tuple[str, list[str]]:
+    """The text that asks for an assistant turn answering the user's ``prompt``, and the end-of-turn marker
+    the template closes an assistant turn with (a stop string for sampling; none where it closes with nothing).
+
+    >>> chat_prompt(ChatTemplate(CHATML), "1+1?")
+    ('<|im_start|>user\\n1+1?<|im_end|>\\n<|im_start|>assistant\\n', ['<|im_end|>'])
+    """
+    question = [{"role": "user", "content": prompt}]
+    text = template.render(question, add_generation_prompt=True)
+    probe = "theseus-answer"  # an answer no template changes (no whitespace to trim), to find what follows it
+    full, [(start, end)] = assistant_spans(template, question + [{"role": "assistant", "content": probe}], "the prompt")
+    marker = full[start:end].partition(probe)[2]
+    return text, [marker] if marker else []
