@@ -27,7 +27,7 @@ def _tokenize(root, paths, **data):
     with quick(str(root)) as q:
         q.build("data/tokenize/preference", "prefs")
         q.config.data.preference.paths = paths
-        q.config.data.block_size = 16
+        q.config.data.block_size = data.pop("block_size", 16)
         for key, value in data.items():
             q.config.data[key] = value
         return q.create()()
@@ -62,6 +62,25 @@ def test_each_record_is_a_chosen_row_then_its_rejected_row_masked_on_the_respons
     assert summary["train_rows"] + summary["val_rows"] == 120
 
 
+def test_chat_pairs_are_rendered_with_the_template_and_masked_on_the_last_assistant_turn(tmp_path):
+    history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1?"},
+               {"role": "assistant", "content": "2"}, {"role": "user", "content": "and 2+2?"}]
+    pair = {"chosen": history + [{"role": "assistant", "content": "4"}],
+            "rejected": history + [{"role": "assistant", "content": "five"}]}
+    summary = _tokenize(tmp_path, [_write(tmp_path / "c.jsonl", [pair])], val_pct=0.0, block_size=128)
+    assert summary["pairs"] == 1
+    ds, tok = open_dataset(str(tmp_path), "preference"), get_tokenizer()
+    tokens, mask = ds.tokens("train"), ds.mask("train")
+    assert [tok.decode(tokens[i][mask[i]]) for i in (0, 1)] == ["4<|im_end|>", "five<|im_end|>"]  # no eot added
+    assert tok.decode(tokens[0][:int(np.argmax(mask[0]))]).endswith("and 2+2?<|im_end|>\n<|im_start|>assistant\n")
+    other = {**pair, "rejected": [{"role": "user", "content": "3+3?"}, {"role": "assistant", "content": "6"}]}
+    with pytest.raises(BadInput, match=r"c2\.jsonl record 1: the chosen and rejected conversations must be the same"):
+        _tokenize(tmp_path / "b", [_write(tmp_path / "c2.jsonl", [other])])
+    unanswered = {**pair, "chosen": history}
+    with pytest.raises(BadInput, match="the chosen conversation must end with an assistant turn, not 'user'"):
+        _tokenize(tmp_path / "c", [_write(tmp_path / "c3.jsonl", [unanswered])])
+
+
 def test_overlong_pairs_are_truncated_or_dropped_and_counted(tmp_path):
     long = {"prompt": "1+1=", "chosen": "2", "rejected": " no" * 30}
     paths = [_write(tmp_path / "p.jsonl", RECORDS[:4] + [long])]
@@ -75,8 +94,8 @@ def test_overlong_pairs_are_truncated_or_dropped_and_counted(tmp_path):
 
 def test_a_bad_record_is_an_error_naming_it_and_writes_nothing(tmp_path):
     paths = [_write(tmp_path / "p.jsonl", RECORDS[:3] + [{"prompt": "x", "chosen": "y"}])]
-    with pytest.raises(BadInput, match=r"p\.jsonl record 4: needs string fields prompt, chosen, rejected "
-                                       r"\(missing rejected\)"):
+    with pytest.raises(BadInput, match=r"p\.jsonl record 4: needs string fields prompt, chosen, rejected, or chosen and "
+                                       r"rejected conversations \(missing rejected\)"):
         _tokenize(tmp_path, paths)
     assert list_datasets(str(tmp_path)) == []
     (tmp_path / "bad.jsonl").write_text('{"prompt": "x", \n')

@@ -29,57 +29,107 @@ step k is a pure function of the data, the seed, the batch size and k.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import fsspec
 import numpy as np
 
 from theseus.data import sources
+from theseus.data.chat import ChatTemplate, assistant_spans, check_messages, load_template
 from theseus.data.hashing import hash64, uniform
 from theseus.data.jobs import PaddedData, TokenizeJob, TokenizerConfig
 from theseus.data.loader import Loader, check_step
 from theseus.data.store import Dataset, DatasetWriter
-from theseus.data.tokenize import PROGRESS_EVERY
+from theseus.data.tokenize import OVERLONG, PROGRESS_EVERY
 from theseus.errors import BadInput
 from theseus.jobs import job
 
-__all__ = ["OVERLONG", "PairLoader", "PreferenceConfig", "TokenizePreference", "is_pairs", "pair_rows",
+__all__ = ["PairLoader", "PairText", "PreferenceConfig", "TokenizePreference", "chat_pair", "is_pairs", "pair_rows",
            "read_pairs", "tokenize_pairs"]
 
-#: what ``data.overlong`` does with a pair whose row does not fit ``block_size``
-OVERLONG = ("truncate", "drop")
 _FIELDS = ("prompt", "chosen", "rejected")
 _PERMS_CACHED = 2
 Progress = Callable[[int, int, int], None]
 
 
-def read_pairs(files: Iterable[str]) -> Iterator[tuple[str, str, str]]:
-    """``(prompt, chosen, rejected)`` of every record of ``.jsonl`` files (one JSON object a line) or ``.json``
-    files (a list of objects), in order; a record without the three string fields is an error naming it.
+class PairText(NamedTuple):
+    """One preference record as text: the ``prompt``, the ``chosen`` and the ``rejected`` response, and whether
+    an eot closes each response (``close``; a chat turn ends with its template's own end-of-turn marker).
+
+    >>> PairText("Q", "yes", "no").close
+    True
+    """
+
+    prompt: str
+    chosen: str
+    rejected: str
+    close: bool = True
+
+
+def read_pairs(files: Iterable[str], template: Callable[[], ChatTemplate] | None = None) -> Iterator[PairText]:
+    """The `PairText` of every record of ``.jsonl`` files (one JSON object a line) or ``.json`` files (a list of
+    objects), in order. A record is ``{"prompt", "chosen", "rejected"}`` strings, or a chat pair
+    ``{"chosen": [messages], "rejected": [messages]}`` rendered by ``template()`` (`chat_pair`); anything else
+    is an error naming the record.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.jsonl"
     >>> _ = p.write_text('{"prompt": "Q", "chosen": "yes", "rejected": "no"}\\n{"prompt": "Q"}\\n')
     >>> pairs = read_pairs([str(p)]); next(pairs)
-    ('Q', 'yes', 'no')
+    PairText(prompt='Q', chosen='yes', rejected='no', close=True)
     >>> next(pairs)
     Traceback (most recent call last):
     ...
-    theseus.errors.BadInput: .../a.jsonl record 2: needs string fields prompt, chosen, rejected (missing chosen, rejected)
+    theseus.errors.BadInput: .../a.jsonl record 2: needs string fields prompt, chosen, rejected, or chosen and rejected conversations (missing chosen, rejected)
     """  # noqa: E501 - a doctest's expected output, printed on one line
     for path in files:
-        for where, record in _records(path):
+        for number, record in _records(path):
+            where = f"{path} record {number}"
             if not isinstance(record, dict):
-                raise BadInput(f"{path} record {where}: expected a JSON object with prompt, chosen and rejected")
+                raise BadInput(f"{where}: expected a JSON object with prompt, chosen and rejected")
+            if isinstance(record.get("chosen"), list) or isinstance(record.get("rejected"), list):
+                if template is None:
+                    raise BadInput(f"{where}: a chat pair needs a chat template")
+                yield chat_pair(template(), record.get("chosen"), record.get("rejected"), where)
+                continue
             wrong = [k for k in _FIELDS if not isinstance(record.get(k), str)]
             if wrong:
-                raise BadInput(f"{path} record {where}: needs string fields {', '.join(_FIELDS)} "
-                               f"(missing {', '.join(wrong)})")
-            yield record["prompt"], record["chosen"], record["rejected"]
+                raise BadInput(f"{where}: needs string fields {', '.join(_FIELDS)}, or chosen and rejected "
+                               f"conversations (missing {', '.join(wrong)})")
+            yield PairText(record["prompt"], record["chosen"], record["rejected"])
+
+
+def chat_pair(template: ChatTemplate, chosen, rejected, where: str) -> PairText:
+    """The `PairText` of two conversations that differ only in their last message, an assistant turn: the prompt
+    is the shared conversation rendered up to that turn, each response the turn as the template renders it (its
+    end-of-turn marker included, so no eot is added: ``close=False``). Conversations that differ earlier, or
+    that do not end with an assistant turn, are an error naming ``where``.
+
+    >>> from theseus.data.chat import CHATML
+    >>> question = [{"role": "user", "content": "1+1?"}]
+    >>> chat_pair(ChatTemplate(CHATML), question + [{"role": "assistant", "content": "2"}],
+    ...           question + [{"role": "assistant", "content": "3"}], "row 1")
+    PairText(prompt='<|im_start|>user\\n1+1?<|im_end|>\\n<|im_start|>assistant\\n', chosen='2<|im_end|>', rejected='3<|im_end|>', close=False)
+    """  # noqa: E501 - a doctest's expected output, printed on one line
+    turns = []
+    for side, messages in (("chosen", chosen), ("rejected", rejected)):
+        messages = check_messages(messages, f"{where} {side}")
+        if messages[-1]["role"] != "assistant":
+            raise BadInput(f"{where}: the {side} conversation must end with an assistant turn, not "
+                           f"{messages[-1]['role']!r}")
+        text, spans = assistant_spans(template, messages, f"{where} {side}")
+        start, end = spans[-1] if spans else (len(text), len(text))
+        turns.append((messages[:-1], text[:start], text[start:end]))
+    (history, prompt, good), (other, other_prompt, bad) = turns
+    if history != other or prompt != other_prompt:
+        raise BadInput(f"{where}: the chosen and rejected conversations must be the same before their last "
+                       "assistant turn")
+    return PairText(prompt, good, bad, close=False)
 
 
 def _records(path: str) -> Iterator[tuple[int, object]]:
@@ -105,10 +155,11 @@ def _records(path: str) -> Iterator[tuple[int, object]]:
 
 
 def pair_rows(prompt: list[int], chosen: list[int], rejected: list[int], eot: int, block_size: int,
-              overlong: str = "truncate") -> tuple[np.ndarray, np.ndarray, bool] | None:
+              overlong: str = "truncate", close: bool = True) -> tuple[np.ndarray, np.ndarray, bool] | None:
     """The two rows of one pair: ``(tokens [2, block_size], mask [2, block_size], truncated)``, or None when the
     pair is left out: a row over ``block_size`` with ``overlong="drop"``, or a row whose response keeps no token
-    after truncation (nothing to compare). Rows are cut on the right, like `tokenize_padded`'s.
+    after truncation (nothing to compare). Each row is the prompt, the response and (``close``) an eot, cut on
+    the right like `tokenize_padded`'s and padded with eot; its mask covers the response (and that eot).
 
     >>> tokens, mask, cut = pair_rows([1, 2], [3], [4, 5], eot=0, block_size=5)
     >>> tokens.tolist(), mask.astype(int).tolist(), cut
@@ -122,7 +173,7 @@ def pair_rows(prompt: list[int], chosen: list[int], rejected: list[int], eot: in
     mask = np.zeros((2, block_size), dtype=bool)
     truncated = False
     for i, response in enumerate((chosen, rejected)):
-        row = [*prompt, *response, eot]
+        row = [*prompt, *response, *([eot] if close else [])]
         if len(row) > block_size:
             if overlong == "drop":
                 return None
@@ -152,10 +203,11 @@ class _Counts:
 def tokenize_pairs(pairs: Iterable[tuple[str, str, str]], tokenizer, out: DatasetWriter, block_size: int,
                    val_pct: float = 0.05, seed: int = 2357, max_samples: int = -1, overlong: str = "truncate",
                    on_progress: Progress | None = None, num_threads: int = 2) -> dict:
-    """Encode ``(prompt, chosen, rejected)`` records into ``out`` (a padded ``DatasetWriter``) as row pairs
-    (`pair_rows`), and publish it with ``"pairs": true`` in its meta.json; returns the summary (``pairs``
-    written, ``truncated`` and ``dropped`` pairs, rows and tokens per split). ``max_samples`` caps the records
-    read; ``on_progress(records, train_tokens, val_tokens)`` every 1,000 records and at the end.
+    """Encode `PairText` records (or ``(prompt, chosen, rejected)`` tuples) into ``out`` (a padded
+    ``DatasetWriter``) as row pairs (`pair_rows`), and publish it with ``"pairs": true`` in its meta.json; returns
+    the summary (``pairs`` written, ``truncated`` and ``dropped`` pairs, rows and tokens per split).
+    ``max_samples`` caps the records read; ``on_progress(records, train_tokens, val_tokens)`` every 1,000
+    records and at the end.
 
     >>> import tempfile
     >>> from theseus.data.tokenizer import get_tokenizer
@@ -204,10 +256,12 @@ def _write_batch(batch: list, first: int, tokenizer, out: DatasetWriter, block_s
     """Encode and append the pairs of ``batch`` (records ``first``, ``first + 1``...) to their splits."""
     n = len(batch)
     encoded = tokenizer.encode_batch([r[i] for i in range(3) for r in batch], num_threads=num_threads)
+    closes = [PairText(*r).close for r in batch]
     is_val = uniform(seed, np.arange(first, first + n, dtype=np.uint64)) < val_pct
     rows: dict[str, list] = {"train": [], "val": []}
     for i in range(n):
-        pair = pair_rows(encoded[i], encoded[n + i], encoded[2 * n + i], tokenizer.eot, block_size, overlong)
+        pair = pair_rows(encoded[i], encoded[n + i], encoded[2 * n + i], tokenizer.eot, block_size, overlong,
+                         closes[i])
         if pair is None:
             counts.dropped += 1
             continue
@@ -302,8 +356,9 @@ class PairLoader(Loader):
 
 @dataclass
 class PreferenceSource:
-    """``data.preference``: local .jsonl / .json files of ``{"prompt", "chosen", "rejected"}`` records (globs
-    allowed) and the dataset name.
+    """``data.preference``: local .jsonl / .json files of ``{"prompt", "chosen", "rejected"}`` records or of chat
+    pairs ``{"chosen": [messages], "rejected": [messages]}`` (globs allowed), the dataset name, and the chat
+    template of the chat pairs ("": the tokenizer's own, ChatML for tiktoken; "chatml"; or a .jinja file's path).
 
     >>> PreferenceSource().dataset
     'preference'
@@ -311,6 +366,7 @@ class PreferenceSource:
 
     paths: list[str] = field(default_factory=list)
     dataset: str = "preference"
+    template: str = ""
 
 
 @dataclass
@@ -373,9 +429,10 @@ class TokenizePreference(TokenizeJob):
                            "rejected")
         self.files = sources.expand_paths(paths)
 
-    def source(self) -> Iterator[tuple[str, str, str]]:
-        """The records' ``(prompt, chosen, rejected)``."""
-        return read_pairs(self.files)
+    def source(self) -> Iterator[PairText]:
+        """The records' `PairText`; the chat template is loaded at the first chat pair (text pairs need none)."""
+        choice = self.config.data.preference.template
+        return read_pairs(self.files, functools.cache(lambda: load_template(self.tokenizer, choice)))
 
     def tokenize(self, out: DatasetWriter, **common) -> dict:
         """Write the pairs into ``out`` (`tokenize_pairs`) and log what was truncated and left out."""
