@@ -94,8 +94,8 @@ def test_overlong_pairs_are_truncated_or_dropped_and_counted(tmp_path):
 
 def test_a_bad_record_is_an_error_naming_it_and_writes_nothing(tmp_path):
     paths = [_write(tmp_path / "p.jsonl", RECORDS[:3] + [{"prompt": "x", "chosen": "y"}])]
-    with pytest.raises(BadInput, match=r"p\.jsonl record 4: needs string fields prompt, chosen, rejected, or chosen and "
-                                       r"rejected conversations \(missing rejected\)"):
+    with pytest.raises(BadInput, match=r"p\.jsonl record 4: needs string fields prompt, chosen, rejected, or "
+                                       r"chosen and rejected conversations \(missing rejected\)"):
         _tokenize(tmp_path, paths)
     assert list_datasets(str(tmp_path)) == []
     (tmp_path / "bad.jsonl").write_text('{"prompt": "x", \n')
