@@ -13,6 +13,7 @@ MODULES = [
     "theseus.model.layers.feedforward",
     "theseus.model.layers.gqa",
     "theseus.model.layers.norms",
+    "theseus.model.layers.packed",
     "theseus.model.layers.rotary",
     "theseus.hf.convert",
 ]

@@ -24,6 +24,7 @@ from theseus.model.kv_cache import check_call, empty_cache
 from theseus.model.layers.decoder_block import DecoderBlock
 from theseus.model.layers.feedforward import INIT_STD
 from theseus.model.layers.norms import decoder_norm
+from theseus.model.layers.packed import packed_inputs
 
 
 class Unembedding(nn.Module):
@@ -61,7 +62,9 @@ class Decoder(nn.Module):
 
     ``__call__(idx [B, T], deterministic=True)`` returns float32 logits [B, T, vocab_size]; these families have
     no dropout, so ``deterministic`` changes nothing. With ``positions`` [B, T] and ``cache``
-    (``init_cache(batch, length)``) it returns ``(logits, cache)`` as `theseus.model.decode` expects.
+    (``init_cache(batch, length)``) it returns ``(logits, cache)`` as `theseus.model.decode` expects. Packed rows
+    (no cache): ``segment_ids`` [B, T] int (0: padding) keep attention inside each sequence and ``positions``
+    [B, T] (restarting at 0 per sequence) rotate RoPE and place the sliding window, as in `theseus.model.gpt.GPT`.
     ``config.remat`` checkpoints each block's activations under that policy when traced (same values, less
     memory); an eager call runs the blocks as they are.
 
@@ -71,6 +74,17 @@ class Decoder(nn.Module):
     ...                                intermediate_size=64, block_size=8)
     >>> sorted(Decoder(cfg).init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))["params"])
     ['blocks_0', 'embed', 'final_norm']
+
+    Two sequences packed in one row give the logits each gets alone:
+
+    >>> cfg = DecoderConfig.for_family("mistral", n_embd=32, n_head=4, n_kv_head=2, n_layers=1, vocab_size=64,
+    ...                                intermediate_size=64, block_size=8, sliding_window=2, activation_dtype="float32")
+    >>> tokens = jnp.array([[3, 1, 4, 1, 5, 9, 2, 6]])
+    >>> params = Decoder(cfg).init(jax.random.PRNGKey(0), tokens)["params"]
+    >>> packed = Decoder(cfg).apply({"params": params}, tokens, segment_ids=jnp.array([[1, 1, 1, 2, 2, 2, 2, 2]]),
+    ...                             positions=jnp.array([[0, 1, 2, 0, 1, 2, 3, 4]]))
+    >>> bool(jnp.allclose(packed[:, 3:], Decoder(cfg).apply({"params": params}, tokens[:, 3:]), atol=1e-5))
+    True
     """
 
     config: DecoderConfig
@@ -88,9 +102,12 @@ class Decoder(nn.Module):
 
     @nn.compact
     def __call__(self, idx: jax.Array, deterministic: bool = True, *, positions: jax.Array | None = None,
-                 cache: tuple[tuple[jax.Array, jax.Array], ...] | None = None):
+                 cache: tuple[tuple[jax.Array, jax.Array], ...] | None = None,
+                 segment_ids: jax.Array | None = None):
         cfg = self.config
-        check_call(cfg, "Decoder", idx, positions, cache)
+        check_call(cfg, "Decoder", idx, positions, cache, segment_ids)
+        packed_positions, mask = ((None, None) if cache is not None
+                                  else packed_inputs(idx, segment_ids, positions, cfg.sliding_window))
 
         embed = nn.Embed(cfg.vocab_size, cfg.n_embd, dtype=cfg.activation_jnp_dtype, param_dtype=cfg.param_jnp_dtype,
                          embedding_init=nn.initializers.normal(stddev=INIT_STD), name="embed")
@@ -105,7 +122,7 @@ class Decoder(nn.Module):
         caches = []
         for i in range(cfg.n_layers):
             if cache is None:
-                x = block_class(cfg, name=f"blocks_{i}")(x)
+                x = block_class(cfg, name=f"blocks_{i}")(x, packed_positions, mask)
             else:
                 x, layer_cache = DecoderBlock(cfg, name=f"blocks_{i}").decode(x, positions, cache[i])
                 caches.append(layer_cache)

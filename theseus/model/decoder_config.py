@@ -53,7 +53,8 @@ class DecoderConfig(DtypePolicy):
     ``sliding_window``: each token sees itself and the window-1 tokens before it (0: all of them).
     ``rotary_pct``: the leading fraction of each head's dims RoPE rotates. ``remat``: activation
     checkpointing of every block under that `jax.checkpoint_policies` policy ("none": off). ``attention``: "auto"
-    takes cuDNN's fused kernel on a GPU in bf16/fp16, "xla" always XLA's.
+    takes cuDNN's fused kernel on a GPU in bf16/fp16 (not over packed rows, given ``segment_ids`` or ``positions``:
+    XLA's with their mask), "xla" always XLA's.
 
     >>> DecoderConfig(n_embd=64, n_head=4, n_kv_head=3)
     Traceback (most recent call last):

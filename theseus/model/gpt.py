@@ -20,6 +20,7 @@ from theseus.model.config import GPTConfig
 from theseus.model.kv_cache import check_call, empty_cache
 from theseus.model.layers.block import Block
 from theseus.model.layers.dense import INIT_STD, layer_norm
+from theseus.model.layers.packed import packed_inputs
 
 
 class GPT(nn.Module):
@@ -46,12 +47,27 @@ class GPT(nn.Module):
     block) it returns ``(logits, cache)``, the tokens' keys and values written into the
     cache at their positions; positions index the learned position table or rotate RoPE.
 
+    Packed rows (training and evaluation, no cache): ``segment_ids`` [B, T] int (0: padding) keep each
+    token's attention inside its own sequence, and ``positions`` [B, T] (restarting at 0 per sequence) index
+    the position table or rotate RoPE, so each sequence's logits are those it gets alone. Without either the
+    pass is the plain causal one (the second example below).
+
     >>> import jax, jax.numpy as jnp
     >>> from theseus.model.config import GPTConfig
     >>> cfg = GPTConfig(n_embd=32, n_head=4, n_layers=2, vocab_size=256, block_size=8)
     >>> params = GPT(cfg).init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))["params"]
     >>> sorted(params)
     ['blocks_0', 'blocks_1', 'ln_f', 'wte']
+
+    >>> fp32 = GPTConfig(n_embd=32, n_head=4, n_layers=2, vocab_size=256, block_size=8, rope=False,
+    ...                  activation_dtype="float32")
+    >>> params = GPT(fp32).init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))["params"]
+    >>> tokens = jnp.array([[3, 1, 4, 1, 5, 9, 2, 6]])
+    >>> alone = GPT(fp32).apply({"params": params}, tokens[:, 5:])
+    >>> packed = GPT(fp32).apply({"params": params}, tokens, segment_ids=jnp.array([[1, 1, 1, 1, 1, 2, 2, 2]]),
+    ...                          positions=jnp.array([[0, 1, 2, 3, 4, 0, 1, 2]]))
+    >>> bool(jnp.allclose(packed[:, 5:], alone, atol=1e-5))
+    True
     """
 
     config: GPTConfig
@@ -69,9 +85,11 @@ class GPT(nn.Module):
 
     @nn.compact
     def __call__(self, idx: jax.Array, deterministic: bool = True, *, positions: jax.Array | None = None,
-                 cache: tuple[tuple[jax.Array, jax.Array], ...] | None = None):
+                 cache: tuple[tuple[jax.Array, jax.Array], ...] | None = None,
+                 segment_ids: jax.Array | None = None):
         cfg = self.config
-        check_call(cfg, "GPT", idx, positions, cache)
+        check_call(cfg, "GPT", idx, positions, cache, segment_ids)
+        packed_positions, mask = (None, None) if cache is not None else packed_inputs(idx, segment_ids, positions, 0)
         T = idx.shape[1]
 
         embed = dict(
@@ -91,7 +109,7 @@ class GPT(nn.Module):
         for i in range(cfg.n_layers):
             block = Block(cfg, name=f"blocks_{i}")
             if cache is None:
-                x = block(x, deterministic=deterministic)
+                x = block(x, deterministic=deterministic, positions=packed_positions, mask=mask)
             else:
                 x, layer_cache = block.decode(x, positions, cache[i])
                 caches.append(layer_cache)

@@ -35,25 +35,32 @@ def empty_cache(config: Any, batch: int, length: int, heads: int,
     return tuple((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(config.n_layers))
 
 
-def check_call(config: Any, owner: str, idx: jax.Array, positions: Any, cache: Any) -> None:
+def check_call(config: Any, owner: str, idx: jax.Array, positions: Any, cache: Any,
+               segment_ids: Any = None) -> None:
     """Raise on a call ``owner`` (the model's class name) cannot run: idx not [batch, time], longer than block_size,
-    positions without a cache (or the reverse), or a cache of another depth.
+    a cache without positions, a cache of another depth, segment ids with a cache (decoding runs one sequence per
+    row), or segment ids / positions of another shape than idx.
 
     >>> import jax.numpy as jnp
     >>> from theseus.model.config import GPTConfig
-    >>> check_call(GPTConfig(n_embd=32, n_head=4, block_size=8), "GPT", jnp.zeros((1, 4)), jnp.zeros((1, 4)), None)
+    >>> check_call(GPTConfig(n_embd=32, n_head=4, block_size=8), "GPT", jnp.zeros((1, 4)), None, ((0, 0),))
     Traceback (most recent call last):
     ...
-    theseus.errors.BadInput: decoding needs both positions [batch, time] and a cache (GPT.init_cache)
+    theseus.errors.BadInput: decoding needs positions [batch, time] with the cache (GPT.init_cache)
     """
     if idx.ndim != 2:
         raise BadInput(f"idx must be [batch, time], got shape {idx.shape}")
     if idx.shape[1] > config.block_size:
         raise BadInput(f"sequence length {idx.shape[1]} is longer than block_size {config.block_size}")
-    if (cache is None) != (positions is None):
-        raise BadInput(f"decoding needs both positions [batch, time] and a cache ({owner}.init_cache)")
+    if cache is not None and positions is None:
+        raise BadInput(f"decoding needs positions [batch, time] with the cache ({owner}.init_cache)")
     if cache is not None and len(cache) != config.n_layers:
         raise BadInput(f"the cache has {len(cache)} layers, the model {config.n_layers}")
+    if cache is not None and segment_ids is not None:
+        raise BadInput(f"{owner} takes segment_ids for packed rows without a cache only; decoding takes none")
+    for name, given in (("segment_ids", segment_ids), ("positions", positions)):
+        if given is not None and tuple(given.shape) != tuple(idx.shape):
+            raise BadInput(f"{name} must have idx's shape {tuple(idx.shape)}, got {tuple(given.shape)}")
 
 
 def write(cache: tuple[jax.Array, jax.Array], k: jax.Array, v: jax.Array,

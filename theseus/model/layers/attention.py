@@ -26,7 +26,8 @@ class CausalSelfAttention(nn.Module):
     """Causal self-attention over x [B, T, n_embd].
 
     Parameters: `c_attn/{kernel,bias}` [n_embd, 3 * n_embd] (q, k, v side by side),
-    `c_proj/{kernel,bias}` [n_embd, n_embd]. The output goes through residual dropout.
+    `c_proj/{kernel,bias}` [n_embd, n_embd]. The output goes through residual dropout. Packed rows pass
+    ``positions`` and a segment ``mask`` to ``__call__``.
     ``decode(x, positions, cache)`` runs the same parameters over a key/value cache.
 
     >>> import jax, jax.numpy as jnp
@@ -58,10 +59,26 @@ class CausalSelfAttention(nn.Module):
             k = apply_rope(k, positions)
         return q, k, v
 
-    def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
+    def __call__(self, x: jax.Array, deterministic: bool = True, positions: jax.Array | None = None,
+                 mask: jax.Array | None = None) -> jax.Array:
+        """Causal attention of x [B, T, n_embd]; ``positions`` [B, T] rotate RoPE (default 0..T-1) and ``mask``
+        [B, 1, T, T] narrows what each query sees (packed rows: `theseus.model.layers.packed.packed_mask`).
+
+        >>> import jax, jax.numpy as jnp
+        >>> from theseus.model.config import GPTConfig
+        >>> from theseus.model.layers.packed import packed_mask
+        >>> cfg = GPTConfig(n_embd=32, n_head=4, n_layers=1, activation_dtype="float32")
+        >>> x = jax.random.normal(jax.random.PRNGKey(1), (1, 4, 32))
+        >>> layer = CausalSelfAttention(cfg)
+        >>> params = layer.init(jax.random.PRNGKey(0), x)
+        >>> positions, segments = jnp.array([[0, 1, 0, 1]]), jnp.array([[1, 1, 2, 2]])
+        >>> packed = layer.apply(params, x, positions=positions, mask=packed_mask(segments, positions, 0))
+        >>> bool(jnp.allclose(packed[:, 2:], layer.apply(params, x[:, 2:]), atol=1e-6))
+        True
+        """
         B, T, C = x.shape
-        q, k, v = self._qkv(x, jnp.arange(T))
-        y = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+        q, k, v = self._qkv(x, jnp.arange(T) if positions is None else positions)
+        y = jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True)
         y = y.reshape(B, T, C)
         y = self.c_proj(y)
         y = self.dropout(y, deterministic=deterministic)

@@ -36,8 +36,20 @@ class Block(nn.Module):
         self.ln_2 = layer_norm(self.config)
         self.mlp = MLP(self.config)
 
-    def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
-        x = x + self.attn(self.ln_1(x), deterministic=deterministic)
+    def __call__(self, x: jax.Array, deterministic: bool = True, positions: jax.Array | None = None,
+                 mask: jax.Array | None = None) -> jax.Array:
+        """The block over x [B, T, n_embd]; ``positions`` and ``mask`` go to the attention (packed rows).
+
+        >>> import jax, jax.numpy as jnp
+        >>> from theseus.model.config import GPTConfig
+        >>> cfg = GPTConfig(n_embd=32, n_head=4, n_layers=1, activation_dtype="float32")
+        >>> x = jnp.ones((1, 3, 32))
+        >>> params = Block(cfg).init(jax.random.PRNGKey(0), x)
+        >>> everything = jnp.ones((1, 1, 3, 3), bool)
+        >>> bool(jnp.allclose(Block(cfg).apply(params, x, mask=everything), Block(cfg).apply(params, x)))
+        True
+        """
+        x = x + self.attn(self.ln_1(x), deterministic=deterministic, positions=positions, mask=mask)
         x = x + self.mlp(self.ln_2(x), deterministic=deterministic)
         return x
 

@@ -42,8 +42,21 @@ class DecoderBlock(nn.Module):
         x = x + attended
         return x + self.mlp(self.post_norm(x))
 
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self._residual(x, self.attn(self.input_norm(x)))
+    def __call__(self, x: jax.Array, positions: jax.Array | None = None, mask: jax.Array | None = None) -> jax.Array:
+        """The block over x [B, T, n_embd]; ``positions`` and ``mask`` go to the attention (packed rows).
+
+        >>> import jax, jax.numpy as jnp
+        >>> from theseus.model.decoder_config import DecoderConfig
+
+        RoPE is relative, so moving every position by 5 changes nothing:
+
+        >>> block = DecoderBlock(DecoderConfig(n_embd=32, n_head=4, intermediate_size=64, activation_dtype="float32"))
+        >>> x = jax.random.normal(jax.random.PRNGKey(1), (1, 3, 32))
+        >>> params = block.init(jax.random.PRNGKey(0), x)
+        >>> bool(jnp.allclose(block.apply(params, x, jnp.arange(3)[None] + 5), block.apply(params, x), atol=1e-5))
+        True
+        """
+        return self._residual(x, self.attn(self.input_norm(x), positions, mask))
 
     def decode(self, x: jax.Array, positions: jax.Array,
                cache: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:

@@ -38,16 +38,23 @@ def visible_positions(query_positions: jax.Array, length: int, window: int) -> j
     return visible & (keys > queries - window) if window else visible
 
 
-def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, window: int, mode: str) -> jax.Array:
+def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, window: int, mode: str,
+                     mask: jax.Array | None = None) -> jax.Array:
     """Causal attention of q [B, T, n_head, D] over k, v [B, T, kv_heads, D] (within ``window`` when > 0) through
     `jax.nn.dot_product_attention`: cuDNN's fused kernel when ``mode`` is "auto", the backend a GPU and q bf16 or
     fp16 (a shape cuDNN refuses when traced falls back), else XLA's, which is the CPU's result.
+
+    A ``mask`` [B, 1, T, T] (packed rows, `theseus.model.layers.packed.packed_mask`) replaces the window, which it
+    already holds, and always runs XLA's: cuDNN's fused kernel, as `jax.nn.dot_product_attention` exposes it, has
+    no segment-id mask (an arbitrary mask becomes a dense bias) and this path is checked on the CPU only.
 
     >>> import jax.numpy as jnp
     >>> q = jnp.ones((1, 3, 2, 4))
     >>> causal_attention(q, q[:, :, :1], q[:, :, :1], 0, "auto").shape
     (1, 3, 2, 4)
     """
+    if mask is not None:
+        return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation="xla")
     options = dict(is_causal=True, local_window_size=(window - 1, 0) if window else None)
     if mode == "auto" and jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16):
         try:
@@ -97,10 +104,29 @@ class GroupedQueryAttention(nn.Module):
         inv_freq = inverse_frequencies(cfg)
         return apply_rotary(q, positions, inv_freq), apply_rotary(k, positions, inv_freq), v
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, positions: jax.Array | None = None, mask: jax.Array | None = None) -> jax.Array:
+        """Causal attention of x [B, T, n_embd]; ``positions`` [B, T] rotate RoPE (default 0..T-1) and ``mask``
+        [B, 1, T, T] (packed rows: `theseus.model.layers.packed.packed_mask`, window included) replaces the causal
+        window.
+
+        >>> import jax, jax.numpy as jnp
+        >>> from theseus.model.decoder_config import DecoderConfig
+        >>> from theseus.model.layers.packed import packed_mask
+
+        A window of 2 over a row whose last slot is padding (segment 0): the real tokens get what they get alone.
+
+        >>> cfg = DecoderConfig(n_embd=32, n_head=4, sliding_window=2, activation_dtype="float32")
+        >>> layer = GroupedQueryAttention(cfg)
+        >>> x = jax.random.normal(jax.random.PRNGKey(1), (1, 4, 32))
+        >>> params = layer.init(jax.random.PRNGKey(0), x)
+        >>> mask = packed_mask(jnp.array([[1, 1, 1, 0]]), jnp.arange(4)[None], window=2)
+        >>> real = layer.apply(params, x, jnp.arange(4)[None], mask)[:, :3]
+        >>> bool(jnp.allclose(real, layer.apply(params, x[:, :3]), atol=1e-6))
+        True
+        """
         B, T, _ = x.shape
-        q, k, v = self._qkv(x, jnp.arange(T))
-        y = causal_attention(q, k, v, self.config.sliding_window, self.config.attention)
+        q, k, v = self._qkv(x, jnp.arange(T) if positions is None else positions)
+        y = causal_attention(q, k, v, self.config.sliding_window, self.config.attention, mask)
         return self.o_proj(y.reshape(B, T, -1))
 
     def decode(self, x: jax.Array, positions: jax.Array,
