@@ -7,7 +7,8 @@ import inspect
 import pytest
 
 MODULES = ["theseus.audit", "theseus.audit.root", "theseus.audit.report", "theseus.audit.checkpoints",
-           "theseus.audit.analyses", "theseus.audit.reading", "theseus.audit.retired", "theseus.cli.audit",
+           "theseus.audit.analyses", "theseus.audit.reading", "theseus.audit.retired", "theseus.audit.adapters",
+           "theseus.cli.audit",
            "tests.audit._synthetic"]
 
 

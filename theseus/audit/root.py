@@ -44,6 +44,7 @@ from typing import Any
 
 import polars as pl
 
+from theseus.audit.adapters import base_problems
 from theseus.audit.analyses import check_analyses
 from theseus.audit.checkpoints import check_checkpoints, folder_of
 from theseus.audit.reading import first_line, open_root, parse_config, relative, thread_count
@@ -116,6 +117,7 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
     analysis_files, analysis_bytes = check_analyses(fs, base, published, verify_checksums, threads, problems)
     rows = _run_rows(audited)
     runs = _runs(fs, base, rows, records, checkpoints, checked, known, problems)
+    problems += base_problems(runs, checkpoints, set(gone))  # LoRA adapters are of no use without their base
     mine = [r for r in records if nonce is None or r["nonce"] == nonce]
     problems += retired_problems(mine, [(f"{r['name']}:{r['nonce']}", r["origin"]) for r in rows if r["origin"]],
                                  fs, base)
