@@ -291,7 +291,10 @@ def merge(cfg: DictConfig, values: Any) -> DictConfig:
     3
     """
     if isinstance(values, str):
-        values = yaml.safe_load(values) or {}
+        try:
+            values = yaml.safe_load(values) or {}
+        except yaml.YAMLError as e:  # the YAML parser's answer to a config text the caller gave
+            raise ConfigError(f"cannot parse the config YAML: {_first_line(e)}") from None
     if isinstance(values, DictConfig):
         values = OmegaConf.to_container(values)
     if not isinstance(values, dict):

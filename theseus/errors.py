@@ -14,6 +14,8 @@ imports nothing of theseus, so every room can raise its kinds.
 True
 >>> isinstance(KeyError("a bug"), TheseusError)
 False
+>>> issubclass(MissingFile, FileNotFoundError) and issubclass(AlreadyExists, FileExistsError)
+True
 """
 
 from __future__ import annotations
@@ -60,3 +62,37 @@ class Refused(TheseusError):
     >>> isinstance(Refused("the tree has uncommitted changes"), ValueError)
     False
     """
+
+
+class MissingFile(NotFound, FileNotFoundError):
+    """A file or folder the caller named is not there (a root, an inventory, an evaluation's data).
+
+    Also a ``FileNotFoundError``, so callers that catch that (a root a writer creates) still do.
+
+    >>> e = MissingFile("no inventory at /home/me/.theseus.yaml")
+    >>> isinstance(e, FileNotFoundError), str(e)
+    (True, 'no inventory at /home/me/.theseus.yaml')
+    """
+
+
+class AlreadyExists(Refused, FileExistsError):
+    """Something the caller asked to create is there already (a dataset, a file): theseus keeps it.
+
+    Also a ``FileExistsError``, so callers that catch that still do.
+
+    >>> isinstance(AlreadyExists("dataset 'd' exists"), FileExistsError)
+    True
+    """
+
+
+class UnknownName(NotFound, KeyError):
+    """A name a listing does not hold (a host or a cluster of the inventory); the message lists the names.
+
+    Also a ``KeyError`` for callers that catch one, printed as its message, not quoted as a key.
+
+    >>> str(UnknownName("no host 'bx' in the inventory (hosts: box)"))
+    "no host 'bx' in the inventory (hosts: box)"
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown name"

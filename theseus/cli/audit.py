@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from theseus.audit import AuditReport, CheckpointAudit, RunAudit, audit, flatten, gc
-from theseus.cli.errors import fail, reported
+from theseus.cli.errors import reported
 from theseus.store.node import decode_id
 
 _SHOWN_GAPS = 4
@@ -190,10 +190,7 @@ def audit_command(
     >>> CliRunner().invoke(app, ["audit", tempfile.mkdtemp(), "--json"]).output.startswith("{")
     True
     """
-    try:
-        report = audit(root, nonce, verify_checksums=checksums, threads=threads)
-    except (FileNotFoundError, ValueError) as e:
-        fail(str(e))
+    report = audit(root, nonce, verify_checksums=checksums, threads=threads)  # its errors: reported()'s line
     if as_json:
         typer.echo(report.to_json())
     else:
@@ -221,10 +218,7 @@ def gc_command(
     >>> "deleted 0 folders" in CliRunner().invoke(app, ["gc", tempfile.mkdtemp()]).output
     True
     """
-    try:
-        report = gc(root, dry_run=dry_run, min_age_s=min_age)
-    except (FileNotFoundError, ValueError) as e:
-        fail(str(e))
+    report = gc(root, dry_run=dry_run, min_age_s=min_age)  # its errors: reported()'s line
     console = Console(highlight=False, soft_wrap=True)  # paths are never cut: they can be copied whole
     verb = "would delete" if dry_run else "deleted"
     for rel in report.deleted + report.temporaries:

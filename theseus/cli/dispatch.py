@@ -30,7 +30,7 @@ from theseus.cli.errors import BAD_INPUT, fail
 from theseus.dispatch.inventory import load_inventory
 from theseus.dispatch.local import launch_local
 from theseus.dispatch.logs import find_logs
-from theseus.dispatch.remote import LaunchFailed
+from theseus.dispatch.remote import HostUnreachable, LaunchFailed
 from theseus.dispatch.solver import solve
 from theseus.dispatch.submit import request_for
 from theseus.dispatch.submit import submit as submit_spec
@@ -87,7 +87,7 @@ def launch(
                 break
             _say(f"launch | run {spec.nonce} was preempted; starting it again to resume it ({restart} of {RESTARTS})")
             result = launch_local(spec, processes, devices_per_process, timeout=timeout)
-    except (*BAD_INPUT, LookupError) as e:
+    except BAD_INPUT as e:
         fail(str(e), 2)
     if result.ok:
         _say(f"launch | run {spec.nonce} done in {result.seconds:.1f} s")
@@ -141,9 +141,9 @@ def submit(
         spec = build_spec(root, job_key, run_name, overrides or [], base_node=resume or branch, branch=bool(branch))
         spec = spec.replace(auto_resume=auto_resume)
         done = _submit_resuming(spec, inv, request, dry_run, repo=repo, allow_dirty=allow_dirty, timeout=timeout)
-    except (*(*BAD_INPUT, LookupError), ConnectionError) as e:  # ConnectionError: an unreachable host, nothing started
+    except (*BAD_INPUT, HostUnreachable) as e:  # an unreachable host: nothing started
         fail(str(e), 2)
-    except RuntimeError as e:  # the launch failed or ran past its deadline: recorded in the root
+    except LaunchFailed as e:  # the launch failed or ran past its deadline: recorded in the root
         fail(str(e), 1)
     if dry_run:
         Console(highlight=False, soft_wrap=True).out(done.plan, end="", highlight=False)
@@ -184,7 +184,7 @@ def logs(
 
     try:
         found = find_logs(root, nonce, process)
-    except (*BAD_INPUT, LookupError) as e:
+    except BAD_INPUT as e:
         fail(str(e), 2)
     if not found:
         which = f"process {process} of " if process is not None else ""

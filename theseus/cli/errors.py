@@ -4,6 +4,7 @@ The error family's kinds (:mod:`theseus.errors`: bad input, not found, corrupt o
 and a root the OS refuses (``OSError``) are reported so, exit 2; another error of the family (a
 launch that failed, a host that did not answer, a flush the disk refused) exit 1. Anything else is
 a bug, not the caller's mistake: :func:`bug` prints its traceback and exits :data:`EXIT_BUG` (70).
+:func:`report` is that mapping, the only one: ``reported`` commands and the command group use it.
 
 >>> import typer
 >>> try:
@@ -26,12 +27,13 @@ from rich.markup import escape
 from theseus.errors import EXIT_BUG, BadInput, CorruptData, NotFound, Refused, TheseusError
 
 # Errors that mean "bad input": a clear message and exit code 2, no traceback: the error family's
-# kinds (not its base, which also carries failures of the outside world: a launch that failed, a
-# host that did not answer). A builtin KeyError, TypeError or NotImplementedError is not one:
-# raised by no check, it is a bug (EXIT_BUG). A plain ValueError still is, until the checks that
-# raise one raise BadInput.
-BAD_INPUT = (BadInput, NotFound, CorruptData, Refused, ValueError, FileNotFoundError, FileExistsError)
-# Errors of a root a command cannot use (missing, corrupt, read-only, unreadable): bad input too.
+# kinds only (not its base, which also carries failures of the outside world: a launch that failed,
+# a host that did not answer). No builtin is one: a ValueError, KeyError or FileNotFoundError that
+# no check wrapped in a kind is a bug (EXIT_BUG), so a check that misses a case shows as one.
+BAD_INPUT = (BadInput, NotFound, CorruptData, Refused)
+# Errors of a root a command cannot use: the kinds, and an OSError, which is the OS answering about
+# the root the caller named (read-only, unreadable, a disk error): the outside world, never a logic
+# bug, so one line naming the error and exit 2, as the root given cannot be used.
 ROOT_ERRORS = (*BAD_INPUT, OSError)
 
 
@@ -101,14 +103,34 @@ def reported(command: Callable) -> Callable:
             return command(*args, **kwargs)
         except (typer.Exit, typer.Abort):  # the command's own exit code (fail's)
             raise
-        except ROOT_ERRORS as e:
-            fail(message(e), 2)
-        except TheseusError as e:  # the outside world failed (a launch, a host, a flush): not a bug
-            fail(f"{type(e).__name__}: {e}", 1)
-        except Exception as e:  # noqa: BLE001 - not raised by a check: a bug, reported as one
-            bug(e)
+        except Exception as e:  # noqa: BLE001 - report() tells a check's error from a bug
+            report(e)
 
     return run
+
+
+def report(error: Exception) -> NoReturn:
+    """End the command on ``error``: one ``error:`` line and exit 2 for :data:`ROOT_ERRORS`, exit 1
+    for another :class:`~theseus.errors.TheseusError` (the outside world failed: a launch, a host, a
+    flush), and a bug's traceback and exit :data:`EXIT_BUG` for anything else.
+
+    >>> from theseus.errors import NotFound
+    >>> def code(error):
+    ...     try:
+    ...         report(error)
+    ...     except typer.Exit as e:
+    ...         return e.exit_code
+    >>> import contextlib, io
+    >>> with contextlib.redirect_stderr(io.StringIO()):
+    ...     codes = code(NotFound("no run abcdef")), code(TheseusError("host down")), code(ValueError("a bug"))
+    >>> codes
+    (2, 1, 70)
+    """
+    if isinstance(error, ROOT_ERRORS):
+        fail(message(error), 2)
+    if isinstance(error, TheseusError):
+        fail(f"{type(error).__name__}: {error}", 1)
+    bug(error)
 
 
 def log_to_stderr(level: str) -> None:
@@ -125,5 +147,5 @@ def log_to_stderr(level: str) -> None:
 
     try:
         logs.setup(level)
-    except ValueError as e:
+    except BadInput as e:
         fail(f"--log-level: {e}", 2)

@@ -34,7 +34,7 @@ from typer._click.exceptions import UsageError  # click's, which typer vendors a
 from typer.core import TyperCommand, TyperGroup
 from typer.exceptions import TyperException
 
-from theseus.cli.errors import bug
+from theseus.cli.errors import report
 
 
 class Lazy(NamedTuple):
@@ -122,14 +122,14 @@ class LazyGroup(TyperGroup):
         return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: Any) -> Any:
-        """Run the command; an error that reached here unreported (no check raised it) is a bug:
-        its traceback and exit code 70, never the "bad input" exit 2."""
+        """Run the command; an error that reached here unreported is answered by ``report``: the error
+        family's line and exit code, or, raised by no check, a bug's traceback and exit code 70."""
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, TyperException):  # the command's own exit code, a usage error
             raise
-        except Exception as e:  # noqa: BLE001 - not raised by a check: a bug, reported as one
-            bug(e)
+        except Exception as e:  # noqa: BLE001 - report() tells a check's error from a bug
+            report(e)
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         """The command ``args`` names; an unknown one's error suggests close names among all of them."""

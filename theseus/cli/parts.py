@@ -22,6 +22,7 @@ from rich.table import Table
 
 from theseus import catalog
 from theseus.cli.errors import fail
+from theseus.errors import BadInput
 
 
 def list_parts(kind: Annotated[str | None, typer.Argument(
@@ -38,7 +39,7 @@ def list_parts(kind: Annotated[str | None, typer.Argument(
     """
     try:
         found = catalog.parts(kind)  # the built-in parts from catalog.json: their modules import JAX
-    except ValueError as e:
+    except BadInput as e:
         fail(str(e), 2)
     if not any(found.values()):
         Console(highlight=False).print(f"no {kind} parts are registered")

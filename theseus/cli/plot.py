@@ -20,8 +20,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from theseus.cli.errors import fail
-from theseus.store import EmptyResult
+from theseus.cli.errors import fail, reported
 
 _NONCE = re.compile(r"^[0-9a-f]{6}$")
 
@@ -57,10 +56,7 @@ def plot(
     stray = [k for k in keys if _NONCE.match(k)]
     if stray:
         fail(f"nonces must come before the keys; {stray} came after {keys[0]!r}", 2)
-    try:
-        fig = draw(root, nonces, keys, x=x, out=out)
-    except (ValueError, EmptyResult, FileNotFoundError) as e:
-        fail(str(e), 2)
+    fig = draw(root, nonces, keys, x=x, out=out)  # a run it cannot find, a key no run logged: reported()'s line
     lines = fig.axes[0].get_lines()
     Console(highlight=False, soft_wrap=True).print(f"wrote {out}: {len(lines)} line(s), "
                                    + ", ".join(f"{ln.get_label()} ({len(ln.get_xdata())} points)" for ln in lines))
@@ -73,4 +69,4 @@ def register(app: typer.Typer) -> None:
     >>> [c.name for c in app.registered_commands]
     ['plot']
     """
-    app.command("plot")(plot)
+    app.command("plot")(reported(plot))

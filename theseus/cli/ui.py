@@ -19,7 +19,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from theseus.cli.errors import fail
+from theseus.cli.errors import ROOT_ERRORS, fail, message
 from theseus.ui.server import DEFAULT_PORT, create_app
 from theseus.ui.status import STALE_AFTER_S
 
@@ -48,8 +48,8 @@ def ui(
         fail(f"--port must be between 1 and 65535, got {port}", 2)
     try:
         app = create_app(root, stale_after_s=stale_after, hosts=[host])
-    except (FileNotFoundError, ValueError) as e:
-        fail(str(e), 2)
+    except ROOT_ERRORS as e:
+        fail(message(e), 2)
     Console(highlight=False).print(f"theseus ui: http://{host}:{port}/ over {root} (read-only; Ctrl-C stops)")
     uvicorn.run(app, host=host, port=port, log_level="warning")
 

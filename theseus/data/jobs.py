@@ -42,7 +42,7 @@ from theseus.data.chat import load_template
 from theseus.data.store import META, DatasetWriter, check_name, data_dir
 from theseus.data.tokenize import OVERLONG, tokenize_chat, tokenize_contiguous, tokenize_padded
 from theseus.data.tokenizer import TokenizerConfig, get_tokenizer
-from theseus.errors import BadInput
+from theseus.errors import AlreadyExists, BadInput
 from theseus.jobs import Job, job
 from theseus.store.layout import DATA
 
@@ -281,7 +281,7 @@ class TokenizeJob(Job):
                                    root=self.store.root)
         self.check_source()
         if self.dataset_exists() and not data.overwrite:
-            raise FileExistsError(
+            raise AlreadyExists(
                 f"dataset {self.dataset_name!r} already exists at {data_dir(self.store.root)}/{self.dataset_name}; "
                 "set data.overwrite=True to replace it, or data.suffix to write another one"
             )

@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 import fsspec
 import pyarrow.parquet as pq
 
-from theseus.errors import BadInput
+from theseus.errors import BadInput, MissingFile
 
 TEXT_EXTENSIONS = (".txt", ".jsonl", ".parquet")
 FINEWEB_COLUMNS = ("text", "id", "dump", "url", "date", "file_path", "language", "language_score", "token_count")
@@ -50,13 +50,13 @@ def expand_paths(paths: str | Sequence[str]) -> list[str]:
         if globlib.has_magic(path):
             matches = sorted(fs.glob(path))
             if not matches:
-                raise FileNotFoundError(f"no file matches {p!r}")
+                raise MissingFile(f"no file matches {p!r}")
             protocol = fsspec.core.split_protocol(p)[0]
             out += [m if protocol in (None, "file") else f"{protocol}://{m}" for m in matches]
         elif fs.isfile(path):
             out.append(p)
         else:
-            raise FileNotFoundError(f"corpus file not found: {p!r}")
+            raise MissingFile(f"corpus file not found: {p!r}")
     if not out:
         raise BadInput("no corpus paths given")
     return out

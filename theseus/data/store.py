@@ -31,7 +31,7 @@ import uuid
 
 import numpy as np
 
-from theseus.errors import BadInput, NotFound
+from theseus.errors import AlreadyExists, BadInput, NotFound
 from theseus.store import fs as rootfs
 from theseus.store.layout import DATA
 
@@ -161,8 +161,8 @@ class DatasetWriter:
 
     def _check_free(self) -> None:
         if self.fs.exists(f"{self.final}/{META}") and not self.overwrite:
-            raise FileExistsError(f"dataset {self.dataset!r} exists at {data_dir(self.root)}/{self.dataset}; "
-                                  "pass overwrite=True")
+            raise AlreadyExists(f"dataset {self.dataset!r} exists at {data_dir(self.root)}/{self.dataset}; "
+                                "pass overwrite=True")
 
     def set_tokenizer(self, tokenizer) -> None:
         """Record ``tokenizer`` (an object with ``describe()``, or a dict) in meta.json.

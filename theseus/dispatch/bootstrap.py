@@ -232,7 +232,7 @@ def check_spec(spec: LaunchSpec, num_processes: int = 1):
         import_shipped(spec.experiments)
         cls = get_job(spec.job_key)
         return cls, configs.from_yaml(cls.Config, spec.config_yaml)
-    except (KeyError, ValueError, TypeError) as e:
+    except errors.BadInput as e:  # what the spec got wrong; any other error is a bug, left to propagate
         raise BadInput(str(e)) from None
 
 

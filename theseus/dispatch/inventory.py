@@ -60,7 +60,7 @@ from typing import Any, ClassVar
 import jsonschema
 import yaml
 
-from theseus.errors import BadInput
+from theseus.errors import BadInput, MissingFile, UnknownName
 
 __all__ = [
     "DEFAULT_INVENTORY",
@@ -277,7 +277,7 @@ class Inventory:
     >>> inv.cluster("lba")
     Traceback (most recent call last):
     ...
-    KeyError: "no cluster 'lba' in the inventory (clusters: lab)"
+    theseus.errors.UnknownName: no cluster 'lba' in the inventory (clusters: lab)
     """
 
     clusters: tuple[Cluster, ...]
@@ -285,11 +285,11 @@ class Inventory:
     path: str = "<string>"
 
     def cluster(self, name: str) -> Cluster:
-        """The cluster called ``name`` (``KeyError`` listing the names otherwise)."""
+        """The cluster called ``name`` (``UnknownName``, a ``KeyError``, listing the names otherwise)."""
         return _named(self.clusters, name, "cluster")
 
     def host(self, name: str) -> Host:
-        """The host called ``name`` (``KeyError`` listing the names otherwise)."""
+        """The host called ``name`` (``UnknownName``, a ``KeyError``, listing the names otherwise)."""
         return _named(self.hosts, name, "host")
 
 
@@ -297,7 +297,7 @@ def _named(items, name: str, kind: str):
     for item in items:
         if item.name == name:
             return item
-    raise KeyError(f"no {kind} {name!r} in the inventory ({kind}s: {', '.join(i.name for i in items) or 'none'})")
+    raise UnknownName(f"no {kind} {name!r} in the inventory ({kind}s: {', '.join(i.name for i in items) or 'none'})")
 
 
 def load_inventory(path: str | os.PathLike | None = None) -> Inventory:
@@ -311,11 +311,11 @@ def load_inventory(path: str | os.PathLike | None = None) -> Inventory:
     >>> load_inventory(p.with_name("missing.yaml"))
     Traceback (most recent call last):
     ...
-    FileNotFoundError: no inventory at .../missing.yaml: write one (see theseus.dispatch.inventory) or pass --inventory PATH
+    theseus.errors.MissingFile: no inventory at .../missing.yaml: write one (see theseus.dispatch.inventory) or pass --inventory PATH
     """  # noqa: E501 - a doctest's expected output, printed on one line
     p = Path(os.path.expanduser(os.fspath(path if path is not None else DEFAULT_INVENTORY)))
     if not p.is_file():
-        raise FileNotFoundError(f"no inventory at {p}: write one (see theseus.dispatch.inventory) "
+        raise MissingFile(f"no inventory at {p}: write one (see theseus.dispatch.inventory) "
                                 "or pass --inventory PATH")
     return parse_inventory(p.read_text(), str(p))
 

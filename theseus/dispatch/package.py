@@ -30,7 +30,7 @@ import os
 import subprocess
 import tarfile
 
-from theseus.errors import BadInput, Refused
+from theseus.errors import BadInput, MissingFile, Refused
 
 __all__ = ["DirtyTreeError", "package_code"]
 
@@ -43,7 +43,7 @@ def _git(repo: str, *args: str, binary: bool = False) -> str | bytes:
     try:
         out = subprocess.run(["git", "-C", repo, *args], capture_output=True, check=True)
     except FileNotFoundError:
-        raise FileNotFoundError("git is not installed: theseus ships code as a git commit") from None
+        raise MissingFile("git is not installed: theseus ships code as a git commit") from None
     except subprocess.CalledProcessError as e:
         message = e.stderr.decode(errors="replace").strip()
         raise BadInput(f"`git {' '.join(args)}` failed in {repo}: {message}") from None
@@ -89,7 +89,7 @@ def package_code(repo: str | os.PathLike = ".", allow_dirty: bool = False) -> tu
     """
     repo = os.path.abspath(os.fspath(repo))
     if not os.path.isdir(repo):
-        raise FileNotFoundError(f"no repository folder {repo}")
+        raise MissingFile(f"no repository folder {repo}")
     top = _git(repo, "rev-parse", "--show-toplevel").strip()
     try:
         commit = _git(top, "rev-parse", "--verify", "HEAD").strip()

@@ -102,7 +102,7 @@ def request_for(inventory: Inventory, chip: str, n: int, clusters: str | tuple[s
     >>> request_for(inv, "cpu", 2, "c")
     Traceback (most recent call last):
     ...
-    KeyError: "no cluster 'c' in the inventory (clusters: a, b)"
+    theseus.errors.UnknownName: no cluster 'c' in the inventory (clusters: a, b)
     """
     clusters = (clusters,) if isinstance(clusters, str) else tuple(clusters or ())
     for name in clusters:

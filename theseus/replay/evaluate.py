@@ -64,7 +64,7 @@ def harness_tasks(names: Any, include_path: Any = ()) -> Any:
     >>> harness_tasks(["sums"], ["/no/such/folder"])
     Traceback (most recent call last):
     ...
-    FileNotFoundError: include path /no/such/folder is not a folder (of lm-eval task YAML files)
+    theseus.errors.MissingFile: include path /no/such/folder is not a folder (of lm-eval task YAML files)
     """
     from theseus.train.evals.harness import harness_tasks as check  # lazily: an optional dependency
 

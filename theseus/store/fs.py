@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from theseus.errors import BadInput, Refused
+from theseus.errors import BadInput, MissingFile, Refused
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -33,7 +33,10 @@ def open_root(root: str | os.PathLike) -> tuple[fsspec.AbstractFileSystem, str]:
     root = os.fspath(root)
     if not root:
         raise BadInput("root must be a non-empty path or URL")
-    fs, path = fsspec.core.url_to_fs(root)
+    try:
+        fs, path = fsspec.core.url_to_fs(root)
+    except ValueError as e:  # fsspec's answer to an unknown protocol: the root named is bad input
+        raise BadInput(f"root {root!r}: {e}") from None
     if is_local(fs):
         path = os.path.abspath(path)
         if os.path.exists(path) and not os.path.isdir(path):  # neither a reader nor a writer can use it
@@ -42,16 +45,16 @@ def open_root(root: str | os.PathLike) -> tuple[fsspec.AbstractFileSystem, str]:
 
 
 def require_root(fs: fsspec.AbstractFileSystem, path: str) -> None:
-    """Raise FileNotFoundError naming the root when it does not exist: reading one is an
-    error (a typo must not look like an empty root), while writing creates it.
+    """Raise :class:`~theseus.errors.MissingFile` (a FileNotFoundError) naming the root when it does not
+    exist: reading one is an error (a typo must not look like an empty root), while writing creates it.
 
     >>> require_root(*open_root("/no/such/root"))
     Traceback (most recent call last):
     ...
-    FileNotFoundError: no root at /no/such/root: the folder does not exist (a writer creates it)
+    theseus.errors.MissingFile: no root at /no/such/root: the folder does not exist (a writer creates it)
     """
     if not fs.isdir(path):
-        raise FileNotFoundError(f"no root at {url(fs, path)}: the folder does not exist (a writer creates it)")
+        raise MissingFile(f"no root at {url(fs, path)}: the folder does not exist (a writer creates it)")
 
 
 def is_local(where: fsspec.AbstractFileSystem | str) -> bool:

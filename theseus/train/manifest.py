@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
 
-from theseus.errors import BadInput, CorruptData
+from theseus.errors import BadInput, CorruptData, MissingFile
 from theseus.store.fs import (  # write_atomic: used by the examples
     NotPlainFile,
     check_regular,
@@ -64,25 +64,25 @@ def write_manifest(folder: str, entries: Iterable[FileEntry]) -> None:
 def read_manifest(folder: str) -> dict[str, FileEntry]:
     """The files listed by ``folder``'s manifest, by relative path.
 
-    Raises FileNotFoundError("incomplete checkpoint: no MANIFEST.json in ...") when
-    the folder was never sealed (an interrupted save), ValueError when the
+    Raises MissingFile, a FileNotFoundError, ("incomplete checkpoint: no MANIFEST.json in ...") when
+    the folder was never sealed (an interrupted save), CorruptData when the
     manifest is malformed, DamagedFolder when it is not a regular file.
 
     >>> import tempfile; read_manifest(tempfile.mkdtemp())  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    FileNotFoundError: incomplete checkpoint: no MANIFEST.json in ...
+    theseus.errors.MissingFile: incomplete checkpoint: no MANIFEST.json in ...
     """
     try:
         raw = read_bytes(join(folder, MANIFEST))
     except FileNotFoundError:
-        raise FileNotFoundError(f"incomplete checkpoint: no {MANIFEST} in {folder}") from None
+        raise MissingFile(f"incomplete checkpoint: no {MANIFEST} in {folder}") from None
     except NotPlainFile as e:  # a FIFO would block the read, a link may lead anywhere
         raise DamagedFolder(str(e)) from None
     try:
         return parse(raw)
     except ValueError as e:
-        raise BadInput(f"malformed {MANIFEST} in {folder}: {e}") from None
+        raise CorruptData(f"malformed {MANIFEST} in {folder}: {e}") from None
 
 
 class Sealed:

@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from theseus.errors import BadInput, NotFound, TheseusError
+from theseus.errors import BadInput, CorruptData, NotFound, Refused
 from theseus.store import Store, marks, schema
 from theseus.store.node import check_nonce
 from theseus.ui import node as node_data
@@ -158,7 +158,7 @@ def _list(value: str | None) -> list[str]:
 
 
 def _count(request: Request, name: str, default: int, most: int | None) -> int:
-    """The non-negative integer query parameter ``name`` (``default`` when absent); a ValueError naming
+    """The non-negative integer query parameter ``name`` (``default`` when absent); a BadInput naming
     it when it is not one or exceeds ``most``.
 
     >>> from starlette.requests import Request
@@ -175,6 +175,24 @@ def _count(request: Request, name: str, default: int, most: int | None) -> int:
     return int(raw)
 
 
+def _seen(request: Request) -> dict[str, int]:
+    """The ``since`` query parameter of a series request, ``nonce:seq`` items (the last seq a page holds of each
+    run), by nonce; a BadInput naming an item that is not one.
+
+    >>> from starlette.requests import Request
+    >>> _seen(Request({"type": "http", "query_string": b"since=abcdef:12,123456:-1"}))
+    {'abcdef': 12, '123456': -1}
+    """
+    seen = {}
+    for item in _list(request.query_params.get("since")):
+        nonce, _, seq = item.partition(":")
+        try:
+            seen[nonce] = int(seq)  # -1: a run the page holds no point of yet
+        except ValueError:  # int's answer to text the client sent: bad input
+            raise BadInput(f"since takes nonce:seq items (the last seq held of each run), got {item!r}") from None
+    return seen
+
+
 def _error(status: int, message: str) -> JSON:
     return JSON({"error": message}, status_code=status)
 
@@ -187,12 +205,15 @@ def _handled(handler):
     async def route(request: Request) -> Response:
         try:
             body = await request.json() if request.method == "POST" else None
-            if request.method == "POST" and not isinstance(body, dict):
-                return _error(400, f"expected a JSON object as the request body, got {type(body).__name__}")
+        except ValueError as e:  # the JSON decoder's answer to the body the client sent: bad input
+            return _error(400, f"the request body is not JSON: {e}")
+        if request.method == "POST" and not isinstance(body, dict):
+            return _error(400, f"expected a JSON object as the request body, got {type(body).__name__}")
+        try:
             return await run_in_threadpool(handler, request, body)
-        except (NotFound, FileNotFoundError) as e:
-            return _error(404, e.args[0] if e.args and isinstance(e.args[0], str) else str(e))
-        except (TheseusError, ValueError) as e:
+        except NotFound as e:
+            return _error(404, str(e))
+        except (BadInput, CorruptData, Refused) as e:
             return _error(400, str(e))
 
     return route
@@ -218,7 +239,7 @@ def routes(api: Api) -> list[Route]:
                      "keys": api.keys()})
 
     def poll(request: Request, body: Any) -> Response:
-        since = int(request.query_params.get("since", "0"))
+        since = _count(request, "since", 0, None)
         token = api.refresh()
         changed = api.changed_since(since)
         extra = _list(request.query_params.get("extra"))
@@ -256,7 +277,7 @@ def routes(api: Api) -> list[Route]:
     def series(request: Request, body: Any) -> Response:
         api.refresh()
         x = request.query_params.get("x", series_data.SEQ)
-        since = dict(item.split(":", 1) for item in _list(request.query_params.get("since")))
+        since = _seen(request)
         asked = len(_list(request.query_params.get("runs"))) * len(_list(request.query_params.get("keys")))
         if asked > MAX_SERIES:
             raise BadInput(f"at most {MAX_SERIES} series (runs x keys) per request, got {asked}: "
@@ -267,7 +288,7 @@ def routes(api: Api) -> list[Route]:
             check_nonce(nonce)
             run = api.follower.run(nonce)
             for key in _list(request.query_params.get("keys")):
-                after = int(since[nonce]) if nonce in since else None
+                after = since.get(nonce)
                 found.append({**series_data.series(run, key, x, after), "name": run.name})
         return JSON({"token": api.token, "series": found})
 

@@ -105,7 +105,11 @@ def plot(store: Store | str, nonces: Sequence[str], keys: Sequence[str], x: str 
     ax.legend(fontsize="small")
     fig.tight_layout()
     if out is not None:
-        with fsspec.open(os.fspath(out), "wb") as f:
+        try:
+            opened = fsspec.open(os.fspath(out), "wb")
+        except ValueError as e:  # fsspec's answer to an unknown protocol in the path the caller gave
+            raise BadInput(f"cannot write {out}: {e}") from None
+        with opened as f:
             fig.savefig(f, format="png")
     return fig
 

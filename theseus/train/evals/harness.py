@@ -47,7 +47,7 @@ except ImportError as e:  # the optional group is not installed: say how to inst
     raise ImportError("the lm-evaluation-harness adapter needs lm-eval, in theseus's optional `eval` group: "
                       "run `uv sync --group eval` (or `pip install 'lm-eval>=0.4,<0.5'`)") from e
 
-from theseus.errors import BadInput
+from theseus.errors import BadInput, MissingFile
 from theseus.train.evals.likelihood import loglikelihood as score_pairs
 from theseus.train.evals.likelihood import model_sizes, rolling_loglikelihood
 from theseus.train.evaluations import architecture_sizes
@@ -273,7 +273,7 @@ def harness_tasks(tasks: str | Sequence[str], include_path: str | Sequence[str] 
     paths = [include_path] if isinstance(include_path, str) else list(include_path or [])
     missing = [p for p in paths if not os.path.isdir(p)]
     if missing:
-        raise FileNotFoundError(f"include path {missing[0]} is not a folder (of lm-eval task YAML files)")
+        raise MissingFile(f"include path {missing[0]} is not a folder (of lm-eval task YAML files)")
     manager = TaskManager(include_path=paths or None)
     known = set(manager.all_tasks)
     unknown = [t for t in names if t not in known]

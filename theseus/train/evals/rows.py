@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from theseus.errors import BadInput
+from theseus.errors import BadInput, MissingFile
 
 __all__ = ["FORMATS", "data_files", "load_rows"]
 
@@ -37,7 +37,7 @@ def data_files(folder: str, split: str = "", subset: str = "") -> list[str]:
     >>> data_files(tempfile.mkdtemp(), "test", "ARC-Easy")
     Traceback (most recent call last):
     ...
-    FileNotFoundError: no .parquet / .jsonl / .json file under ... with 'ARC-Easy' and 'test' in its path
+    theseus.errors.MissingFile: no .parquet / .jsonl / .json file under ... with 'ARC-Easy' and 'test' in its path
     """
     found = []
     for base, _, files in os.walk(folder):
@@ -49,8 +49,8 @@ def data_files(folder: str, split: str = "", subset: str = "") -> list[str]:
                 found.append(path)
     if not found:
         wanted = " and ".join(repr(w) for w in (subset, split) if w)
-        raise FileNotFoundError(f"no .parquet / .jsonl / .json file under {folder}"
-                                + (f" with {wanted} in its path" if wanted else ""))
+        raise MissingFile(f"no .parquet / .jsonl / .json file under {folder}"
+                          + (f" with {wanted} in its path" if wanted else ""))
     return sorted(found)
 
 
@@ -60,7 +60,7 @@ def load_rows(path: str, split: str = "", subset: str = "") -> list[dict[str, An
     >>> load_rows("/no/such/file.parquet")
     Traceback (most recent call last):
     ...
-    FileNotFoundError: evaluation data /no/such/file.parquet not found
+    theseus.errors.MissingFile: evaluation data /no/such/file.parquet not found
     """
     import datasets  # heavy: loaded only when an evaluation reads its data
 
@@ -71,11 +71,11 @@ def load_rows(path: str, split: str = "", subset: str = "") -> list[dict[str, An
         try:
             return list(datasets.load_dataset(path, subset or None, split=split or None))
         except Exception as e:  # offline, unknown name...: say where else the data can come from
-            raise FileNotFoundError(f"could not load {path!r} ({subset or 'default'}, {split}) from the hub: {e}; "
-                                    "give a local folder of its parquet / jsonl files instead") from None
+            raise MissingFile(f"could not load {path!r} ({subset or 'default'}, {split}) from the hub: {e}; "
+                              "give a local folder of its parquet / jsonl files instead") from None
     path = os.path.expanduser(path)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"evaluation data {path} not found")
+        raise MissingFile(f"evaluation data {path} not found")
     files = [path] if os.path.isfile(path) else data_files(path, split, subset)
     builders = {FORMATS.get(os.path.splitext(f)[1]) for f in files}
     if len(builders) != 1 or None in builders:
