@@ -84,7 +84,7 @@ from loguru import logger
 from omegaconf import DictConfig, OmegaConf
 
 from theseus import config as configs
-from theseus.errors import BadInput
+from theseus.errors import BadInput, TheseusError
 from theseus.experiments import import_hint, job_source
 from theseus.registry import Registry, import_registering
 from theseus.store import Store, nonces
@@ -112,8 +112,10 @@ _KEY = re.compile(r"^[a-z0-9][a-z0-9_\-]*(/[a-z0-9][a-z0-9_\-]*)*$")
 EXIT_PREEMPTED = 75
 
 
-class Preempted(Exception):
+class Preempted(TheseusError):
     """The job stopped before its end on request (SIGTERM) after committing a checkpoint at ``node``.
+
+    Of the error family but of no kind: not bad input, and not a bug either.
 
     ``job()`` records the run's status ``preempted`` (not failed) and re-raises it; resuming the
     run (``theseus run ... --resume``, ``q.find()...resume()``) continues from ``node``.

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 import ml_dtypes
 import numpy as np
 
-from theseus.errors import BadInput
+from theseus.errors import BadInput, CorruptData
 
 #: the single file of an unsharded folder, and the index of a sharded one
 SINGLE = "model.safetensors"
@@ -48,10 +48,10 @@ _STAGING_BYTES = 2**24
 _DIRECT_ALIGN = 4096
 
 
-class NotSafetensors(ValueError):
+class NotSafetensors(CorruptData):
     """A folder or file that is not safetensors: pickled ``.bin`` weights, a bad header, a missing shard.
 
-    >>> issubclass(NotSafetensors, ValueError)
+    >>> issubclass(NotSafetensors, ValueError) and issubclass(NotSafetensors, CorruptData)
     True
     """
 

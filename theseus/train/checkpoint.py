@@ -51,7 +51,7 @@ import numpy as np
 import tensorstore as ts
 from jax.experimental import multihost_utils
 
-from theseus.errors import BadInput
+from theseus.errors import BadInput, MissingFile
 from theseus.store import fs as rootfs
 from theseus.store.layout import ANALYSIS, JOB_FILE, MANIFEST
 from theseus.train import manifest as mf
@@ -544,7 +544,7 @@ def read_index(folder: str) -> dict:
     try:
         raw = rootfs.read_bytes(where)
     except FileNotFoundError:
-        raise FileNotFoundError(f"not a checkpoint: no {where}") from None
+        raise MissingFile(f"not a checkpoint: no {where}") from None
     return _parse_index(raw, where)
 
 
