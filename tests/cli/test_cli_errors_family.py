@@ -83,3 +83,12 @@ def test_the_ui_answers_404_400_and_500_by_kind(tmp_path, monkeypatch):
     assert client.get(f"/api/series?runs={node.nonce}&keys=train/loss&since={node.nonce}:x").status_code == 400
     monkeypatch.setattr("theseus.ui.run.run_page", _broken)
     assert client.get(f"/api/run/{node.nonce}").status_code == 500  # a bug, not a missing run
+
+
+def test_an_unreadable_config_json_is_bad_input_and_writes_nothing(tmp_path):
+    folder, root = tmp_path / "model", tmp_path / "root"
+    folder.mkdir()
+    (folder / "config.json").write_text("{not json")
+    result = invoke("import", "hf", str(folder), str(root))
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert result.output.startswith(f"error: {folder}/config.json is not JSON") and not root.exists()

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from theseus.errors import BadInput
+from theseus.errors import BadInput, CorruptData
 
 #: the HF activations equal to ``jax.nn.gelu`` (the tanh approximation)
 TANH_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
@@ -228,7 +228,7 @@ def params_to_hf(architecture: Mapping[str, Any], read: Callable[[str], np.ndarr
         array = read(ours)
         if array is None:
             if not ours.endswith("/bias"):
-                raise KeyError(f"the checkpoint has no parameter params/{ours}")
+                raise CorruptData(f"the checkpoint has no parameter params/{ours}")
             array = np.zeros(bias_width.get(ours.split("/")[-2], C), np.float32)
         elif ours.endswith(("c_attn/kernel", "c_attn/bias")) and arch["rope"]:
             array = _neox_qkv(np.asarray(array), H, to_hf=True)

@@ -138,7 +138,10 @@ def import_hf(folder: str, root: str | Store, name: str | None = None, dtype: st
     if not os.path.isfile(where):
         raise BadInput(f"{folder} has no config.json: not a Hugging Face model folder")
     with open(where) as f:
-        hf_config = json.load(f)
+        try:
+            hf_config = json.load(f)
+        except json.JSONDecodeError as e:  # the JSON decoder's answer to the folder the caller named
+            raise BadInput(f"{where} is not JSON: {e}") from None
     if not isinstance(hf_config, dict):
         raise BadInput(f"{where} is not a JSON object")
     tensors = SafetensorsFolder(folder)  # refuses pickles before anything is written
