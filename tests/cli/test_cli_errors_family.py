@@ -79,6 +79,7 @@ def test_the_ui_answers_404_400_and_500_by_kind(tmp_path, monkeypatch):
     bad = client.get("/api/run/ABCDEF")
     assert bad.status_code == 400 and "6 lowercase hex" in bad.json()["error"]
     assert client.post("/api/filter", content=b"{not json").status_code == 400
+    assert client.post("/api/filter", json={"conditions": "train/loss < 1"}).status_code == 400  # not a list
     assert client.get("/api/poll?since=yesterday").status_code == 400
     assert client.get(f"/api/series?runs={node.nonce}&keys=train/loss&since={node.nonce}:x").status_code == 400
     monkeypatch.setattr("theseus.ui.run.run_page", _broken)

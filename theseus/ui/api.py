@@ -193,6 +193,18 @@ def _seen(request: Request) -> dict[str, int]:
     return seen
 
 
+def _strings(body: dict, name: str) -> list[str] | None:
+    """The request body's field ``name``, a list of strings (None when absent); a BadInput naming it otherwise.
+
+    >>> _strings({"columns": ["name", "status"]}, "columns"), _strings({}, "columns")
+    (['name', 'status'], None)
+    """
+    value = body.get(name)
+    if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise BadInput(f"{name} must be a list of strings, got a {type(value).__name__}")
+    return value
+
+
 def _error(status: int, message: str) -> JSON:
     return JSON({"error": message}, status_code=status)
 
@@ -253,20 +265,19 @@ def routes(api: Api) -> list[Route]:
         return JSON({"config": api.config_keys(), "metrics": api.keys()})
 
     def filter_runs(request: Request, body: Any) -> Response:
-        conditions = [table.parse_condition(text) for text in body.get("conditions", []) if text.strip()]
+        conditions = [table.parse_condition(text) for text in _strings(body, "conditions") or [] if text.strip()]
         api.refresh()
         runs = api.follower.runs
         found = table.matching(api.store, runs, conditions, api.configs)
         return JSON({"nonces": sorted(found)})
 
     def csv(request: Request, body: Any) -> Response:
-        columns = body.get("columns") or list(table.BASE_COLUMNS)
+        columns = _strings(body, "columns") or list(table.BASE_COLUMNS)
         extra = [c for c in columns if c not in table.BASE_COLUMNS and c not in table.MAIN_METRICS
                  and c not in ("project", "group", "run", "error")]
-        nonces = body.get("nonces")
-        if nonces is not None and (not isinstance(nonces, list) or len(nonces) > MAX_CSV_RUNS):
-            raise BadInput(f"nonces must be a list of at most {MAX_CSV_RUNS} runs per CSV request, "
-                             f"got {len(nonces) if isinstance(nonces, list) else type(nonces).__name__}")
+        nonces = _strings(body, "nonces")
+        if nonces is not None and len(nonces) > MAX_CSV_RUNS:
+            raise BadInput(f"nonces must be a list of at most {MAX_CSV_RUNS} runs per CSV request, got {len(nonces)}")
         rows = api.rows(nonces, extra)
         if nonces is not None:
             order = {n: i for i, n in enumerate(nonces)}
