@@ -13,6 +13,7 @@ MODULES = [
     "theseus.model.layers.mlp",
     "theseus.model.layers.rope",
     "theseus.model.lora",
+    "theseus.model.walk",
 ]
 
 

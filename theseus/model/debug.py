@@ -4,6 +4,7 @@
 pass calls them. `capture` runs the forward pass (eagerly, so a recomputation is
 bitwise identical) until the module at a path returns, and gives back the module
 bound to its parameters (`DebugLayer`) and the arguments it received (`Inputs`).
+Both walk the pass with `theseus.model.walk`, which owns the paths and the interception.
 
 >>> import jax, jax.numpy as jnp
 >>> from theseus.model import GPT, GPTConfig
@@ -34,25 +35,9 @@ import numpy as np
 from loguru import logger
 
 from theseus.errors import BadInput
+from theseus.model.walk import Call, bind_arguments, call_at, find_modules, intercepting, normalize_path, subtree
 
-
-class _Captured(Exception):
-    """Raised inside the forward pass once the wanted module has returned, to stop early."""
-
-
-def normalize_path(path: str | Sequence[str]) -> tuple[str, ...]:
-    """A module path as a tuple: ``"blocks_2/mlp"`` or ``("blocks_2", "mlp")`` -> ``("blocks_2", "mlp")``.
-
-    >>> normalize_path("blocks_2/mlp"), normalize_path(["blocks_0", "attn"])
-    (('blocks_2', 'mlp'), ('blocks_0', 'attn'))
-    """
-    if isinstance(path, str):
-        parts = tuple(p for p in path.replace(".", "/").split("/") if p)
-    else:
-        parts = tuple(str(p) for p in path)
-    if not parts:
-        raise BadInput("a module path needs at least one name, like ('blocks_0', 'mlp')")
-    return parts
+__all__ = ["DebugLayer", "DebugResult", "Inputs", "capture", "find_modules", "normalize_path", "to_numpy"]
 
 
 class Inputs:
@@ -106,71 +91,6 @@ class Inputs:
             return repr(v)
 
         return "Inputs(" + ", ".join(f"{k}={show(v)}" for k, v in self._arguments.items()) + ")"
-
-
-def _bind_arguments(module: nn.Module, args: tuple, kwargs: dict, method: str = "__call__") -> dict[str, Any]:
-    """The call's arguments by parameter name (defaults filled in), without ``self``."""
-    fn = getattr(type(module), method)
-    try:
-        bound = inspect.signature(fn).bind(module, *args, **kwargs)
-    except TypeError:  # not introspectable: positional names arg0, arg1, ...
-        return {**{f"arg{i}": a for i, a in enumerate(args)}, **kwargs}
-    bound.apply_defaults()
-    out: dict[str, Any] = {}
-    params = inspect.signature(fn).parameters
-    for i, (name, value) in enumerate(bound.arguments.items()):
-        if i == 0:
-            continue  # self
-        kind = params[name].kind
-        if kind is inspect.Parameter.VAR_KEYWORD:
-            out.update(value)
-        else:
-            out[name] = value
-    return out
-
-
-def find_modules(model: nn.Module, variables: Any, module_type: type | tuple[type, ...], *args: Any,
-                 **kwargs: Any) -> list[tuple[str, ...]]:
-    """Paths of the modules of ``module_type`` that ``model.apply(variables, *args, **kwargs)`` calls, in call order.
-
-    Runs abstractly (``jax.eval_shape``): ``variables`` and ``args`` may be arrays or
-    ``jax.ShapeDtypeStruct``; nothing is computed.
-
-    >>> import jax, jax.numpy as jnp
-    >>> from theseus.model import GPT, GPTConfig
-    >>> from theseus.model.layers.attention import CausalSelfAttention
-    >>> model = GPT(GPTConfig(n_embd=32, n_head=4, n_layers=2, vocab_size=64, block_size=8))
-    >>> idx = jax.ShapeDtypeStruct((1, 8), jnp.int32)
-    >>> abstract = jax.eval_shape(model.init, jax.random.PRNGKey(0), idx)
-    >>> find_modules(model, abstract, CausalSelfAttention, idx)
-    [('blocks_0', 'attn'), ('blocks_1', 'attn')]
-    """
-    if not (isinstance(module_type, type) or (isinstance(module_type, tuple) and all(
-            isinstance(t, type) for t in module_type))):
-        raise TypeError(f"module_type must be a class (like MLP) or a tuple of classes, got {module_type!r}")
-    seen: list[tuple[str, ...]] = []
-
-    def _find(next_fun, call_args, call_kwargs, context):
-        if context.method_name == "__call__" and isinstance(context.module, module_type):
-            path = tuple(context.module.path)
-            if path not in seen:
-                seen.append(path)
-        return next_fun(*call_args, **call_kwargs)
-
-    def forward(v, *a):
-        with nn.intercept_methods(_find):
-            return model.apply(v, *a, **kwargs)
-
-    jax.eval_shape(forward, variables, *args)
-    return seen
-
-
-def _subtree(tree: Any, path: tuple[str, ...]) -> Any:
-    for name in path:
-        if not hasattr(tree, "get") or name not in tree:
-            return None
-        tree = tree[name]
-    return tree
 
 
 class DebugLayer:
@@ -227,20 +147,18 @@ class DebugLayer:
         def call(*args: Any, **kwargs: Any) -> Any:
             reported: set[tuple[str, ...]] = set()
 
-            def _intercept(next_fun, call_args, call_kwargs, context):
-                module = context.module
-                scope_path = tuple(module.path)
-                if scope_path not in reported and module.scope is not None:
-                    reported.add(scope_path)
-                    params = module.variables.get("params", {})
-                    for leaf in sorted(params):
-                        value = params[leaf]
-                        if hasattr(value, "shape"):
-                            name = "/".join((*base, *scope_path, leaf))
-                            log.debug(f"DEBUG | {name} | reused parameter shape={tuple(value.shape)}")
-                return next_fun(*call_args, **call_kwargs)
+            def report(inner: Call) -> None:
+                module = inner.module
+                if inner.path in reported or module.scope is None:
+                    return
+                reported.add(inner.path)
+                params = module.variables.get("params", {})
+                for leaf in sorted(params):
+                    if hasattr(params[leaf], "shape"):
+                        name = "/".join((*base, *inner.path, leaf))
+                        log.debug(f"DEBUG | {name} | reused parameter shape={tuple(params[leaf].shape)}")
 
-            with nn.intercept_methods(_intercept):
+            with intercepting(on_enter=report):
                 return fn(*args, **kwargs)
 
         return call
@@ -333,28 +251,10 @@ def capture(model: nn.Module, variables: Any, path: str | Sequence[str], *args: 
     (1, 8, 32)
     """
     path = normalize_path(path)
-    found: dict[str, Any] = {}
-
-    def _capture(next_fun, call_args, call_kwargs, context):
-        if not found and context.method_name == "__call__" and tuple(context.module.path) == path:
-            out = next_fun(*call_args, **call_kwargs)
-            found.update(module=context.module, args=call_args, kwargs=call_kwargs, out=out)
-            raise _Captured
-        return next_fun(*call_args, **call_kwargs)
-
-    try:
-        with nn.intercept_methods(_capture):
-            model.apply(variables, *args, **kwargs)
-    except _Captured:
-        pass
-    if not found:
-        raise BadInput(f"no module at path {'/'.join(path)} was called in the forward pass; "
-                         "list paths with find_modules(model, variables, ModuleType, ...)")
-    module = found["module"]
-    sub = {col: tree for col in variables if (tree := _subtree(variables[col], path)) is not None}
-    arguments = _bind_arguments(module, found["args"], found["kwargs"])
-    layer = DebugLayer(module, sub, path, log=log, captured_output=found["out"])
-    return DebugResult(layer, Inputs(arguments), output=found["out"])
+    call = call_at(model, variables, path, *args, **kwargs)
+    sub = {col: tree for col in variables if (tree := subtree(variables[col], path)) is not None}
+    layer = DebugLayer(call.module, sub, path, log=log, captured_output=call.output)
+    return DebugResult(layer, Inputs(bind_arguments(call.module, call.args, call.kwargs)), output=call.output)
 
 
 def to_numpy(tree: Any) -> Any:

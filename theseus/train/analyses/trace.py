@@ -2,9 +2,9 @@
 block, each block's attention and MLP outputs, each query head's queries, keys and values, and the heads'
 mixed values (`theseus.train.analyses.adapters` says where each model keeps them).
 
-The pass runs eagerly under `flax.linen.intercept_methods`, which hands over each module call's
-arguments and result and changes nothing: the model and its training step stay as they are, and the
-analyses read these numbers instead of a path of the model switched on for them.
+The pass is an eager `theseus.model.walk.walk`, which hands over each module call's arguments and
+result and changes nothing: the model and its training step stay as they are, and the analyses read
+these numbers instead of a path of the model switched on for them.
 
 >>> import jax, jax.numpy as jnp
 >>> from theseus.model import GPT, GPTConfig
@@ -28,6 +28,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from theseus.errors import BadInput
+from theseus.model.walk import Call, walk
 from theseus.train.analyses.adapters import ADAPTERS, Adapter, adapter_for
 
 __all__ = ["Trace", "local_params", "record"]
@@ -109,10 +110,6 @@ def local_params(params: Any) -> Any:
     return jax.tree.map(local, params)
 
 
-def _path(module: nn.Module) -> tuple[str, ...]:
-    return tuple(module.path)
-
-
 def record(model: nn.Module, params: Any, tokens: Any) -> Trace:
     """Run ``model`` (a theseus GPT or open-model Decoder, or a module that calls one) on ``tokens``
     ``[S, T]`` and record it.
@@ -136,36 +133,34 @@ def record(model: nn.Module, params: Any, tokens: Any) -> Trace:
     def as_float(x: jax.Array) -> jax.Array:
         return jnp.asarray(x, jnp.float32)
 
-    def intercept(next_fun, args, kwargs, context):
-        module, method = context.module, context.method_name
-        if found["top"] is None and method == "__call__" and adapter_for(module) is not None:
-            found["top"], found["adapter"] = module, adapter_for(module)  # the outermost model call
-        out = next_fun(*args, **kwargs)
-        adapter = found["adapter"]
+    def entered(call: Call) -> None:
+        if found["top"] is None and call.is_call and adapter_for(call.module) is not None:
+            found["top"], found["adapter"] = call.module, adapter_for(call.module)  # the outermost model call
+
+    def returned(call: Call) -> None:
+        adapter, path = found["adapter"], call.path
         if adapter is None:
-            return out
-        path = _path(module)
-        captured = adapter.capture(module, method, path, args, out)
+            return
+        captured = adapter.capture(call.module, call.method, path, call.args, call.output)
         if captured is not None:
             found[captured[1]].setdefault(captured[0], captured[2])
-        elif method != "__call__":
-            return out
-        elif isinstance(module, adapter.block):
-            found["blocks"].setdefault(path, (as_float(args[0]), as_float(out)))
-        elif isinstance(module, adapter.attention):
-            found["attn"].setdefault(path, as_float(out))
-        elif isinstance(module, adapter.mlp):
-            found["mlp"].setdefault(path, as_float(out))
-        return out
+        elif not call.is_call:
+            return
+        elif isinstance(call.module, adapter.block):
+            found["blocks"].setdefault(path, (as_float(call.args[0]), as_float(call.output)))
+        elif isinstance(call.module, adapter.attention):
+            found["attn"].setdefault(path, as_float(call.output))
+        elif isinstance(call.module, adapter.mlp):
+            found["mlp"].setdefault(path, as_float(call.output))
 
-    with nn.intercept_methods(intercept):
-        model.apply({"params": local_params(params)}, jnp.asarray(tokens), deterministic=True)
+    walk(model, {"params": local_params(params)}, jnp.asarray(tokens), on_enter=entered, on_return=returned,
+         deterministic=True)
     top, adapter = found["top"], found["adapter"]
     if top is None or not found["blocks"]:
         known = " or ".join(f"{a.model.__module__}.{a.model.__name__}" for a in ADAPTERS)
         raise BadInput(f"the analyses read a model they have an adapter for ({known}); this job's model "
                          f"{type(model).__name__} calls none")
-    base = _path(top)
+    base = tuple(top.path)
     names = [base + (f"blocks_{i}",) for i in range(top.config.n_layers)]
     sub = local_params(params)
     for name in base:
