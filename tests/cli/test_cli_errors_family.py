@@ -93,3 +93,12 @@ def test_an_unreadable_config_json_is_bad_input_and_writes_nothing(tmp_path):
     result = invoke("import", "hf", str(folder), str(root))
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert result.output.startswith(f"error: {folder}/config.json is not JSON") and not root.exists()
+
+
+def test_tags_rewritten_by_others_are_a_failure_of_the_outside_world(tmp_path, monkeypatch):
+    """Tags other taggers keep overwriting (here: no attempt left) end in one line and exit 1: no bug, no bad input."""
+    node = _one_run(tmp_path)
+    monkeypatch.setattr("theseus.store.marks.ATTEMPTS", 0)
+    result = invoke("tag", str(tmp_path), node.nonce, "best")
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert result.output.startswith(f"error: Contended: run {node.nonce}: other processes kept rewriting its tags")

@@ -35,7 +35,7 @@ from typing import Any
 
 import polars as pl
 
-from theseus.errors import BadInput
+from theseus.errors import BadInput, TheseusError
 from theseus.store import fs as rootfs
 from theseus.store import layout, schema
 from theseus.store.node import check_nonce
@@ -43,6 +43,14 @@ from theseus.store.node import check_nonce
 TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 EVALUATE_JOB = "gpt/evaluate"  # its runs are listed only when asked, as hidden ones
 ATTEMPTS = 8  # writes of one tag set before giving up on concurrent taggers that keep overwriting it
+
+
+class Contended(TheseusError, RuntimeError):
+    """Other processes kept rewriting a run's tags for every attempt: the outside world, not bad input nor a bug.
+
+    >>> isinstance(Contended("run abcdef: other processes kept rewriting its tags"), RuntimeError)
+    True
+    """
 
 
 def check_tag(tag: object) -> str:
@@ -161,7 +169,7 @@ def mark(store: Any, nonce: str, *, tags: list[str] = (), untag: list[str] = (),
             if set(tags) <= found and not found & set(untag):
                 break
         else:
-            raise RuntimeError(f"run {nonce}: other processes kept rewriting its tags; run the command again")
+            raise Contended(f"run {nonce}: other processes kept rewriting its tags; run the command again")
     return marks_of(record)
 
 
@@ -180,5 +188,5 @@ def _run_turn(store: Any, name: str, nonce: str) -> Iterator[None]:
         os.close(fd)
 
 
-__all__ = ["EVALUATE_JOB", "check_tag", "listed_by_default", "mark", "marks_of", "tags_of", "with_tag",
+__all__ = ["EVALUATE_JOB", "Contended", "check_tag", "listed_by_default", "mark", "marks_of", "tags_of", "with_tag",
            "without_hidden"]
