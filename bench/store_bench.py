@@ -41,6 +41,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import multiprocessing as mp
@@ -237,7 +238,37 @@ def aim_values(folder: str, run_hash: str) -> list[list[float]]:
     return [run.get_metric(k, Context({})).values.values_list() for k in HISTORY_KEYS]
 
 
+def missing_peers() -> list[str]:
+    """The peers of sections 1 and 2 (MLflow, Aim) this environment lacks (``uv sync --group bench`` has them)."""
+    return [name for name in ("mlflow", "aim") if importlib.util.find_spec(name) is None]
+
+
+def bench_ingest_history_alone(tmp: str, steps: int, repeat: int, missing: list[str]) -> None:
+    """Sections 1 and 2 for theseus alone, printed, no row: their rows are ratios to the peers ``missing`` here."""
+    print(f"\n[1-2] {' and '.join(missing)} not installed in this environment: their rows are skipped "
+          "(`uv sync --group bench` installs them); theseus alone, for reference", flush=True)
+    values, work = ingest_values(steps), tempfile.mkdtemp(prefix="store-bench-ingest-", dir=tmp)
+    try:
+        theseus_ingest(f"{work}/warm", values[:1000])
+        runs = [theseus_ingest(f"{work}/theseus-{i}", values) for i in range(repeat)]
+        t, (root, nonce) = statistics.median(t for t, _ in runs), (f"{work}/theseus-{repeat - 1}", runs[-1][1])
+        print(f"  ingest 1 run x {steps:,} steps x {len(INGEST_KEYS)} keys (median of {repeat}): {t:.3f} s = "
+              f"{steps * len(INGEST_KEYS) / t:,.0f} values/s", flush=True)
+        expect = [[v[INGEST_KEYS.index(k)] for v in values] for k in HISTORY_KEYS]
+        assert theseus_history(root, nonce) == expect, "theseus history mismatch"
+        warm = Store(root)
+        times = interleaved({"cold": lambda: theseus_history(root, nonce),
+                             "warm": lambda: theseus_history("", nonce, warm)}, repeat)
+        print(f"  history of {len(HISTORY_KEYS)} keys: cold {ms(times['cold'])}, warm {ms(times['warm'])}", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def bench_ingest_history(tmp: str, steps: int, mlflow_steps: int, repeat: int) -> None:
+    missing = missing_peers()
+    if missing:
+        bench_ingest_history_alone(tmp, steps, repeat, missing)
+        return
     n_values = steps * len(INGEST_KEYS)
     values = ingest_values(steps)
     mlflow_steps = min(mlflow_steps, steps)

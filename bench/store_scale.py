@@ -184,7 +184,7 @@ def bench_runs_root(cache: Path, runs: int, steps: int, flushes: int, repeat: in
 MEMORY_CHILD = """
 import resource, sys, time
 from theseus.store import Store
-root, what = sys.argv[1], sys.argv[2]
+root, what, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 store = Store(root)
 t0 = time.perf_counter()
 if what == "compact":
@@ -194,7 +194,7 @@ else:
     nonce = store.runs()["nonce"][0]
     top = store.find().has("train/loss").sort("train/loss").limit(10).select(keys=["train/loss"])
     cols = store.find().nonce(nonce).columns(keys=["train/loss", "val/loss"])
-    assert len(top) == 10 and len(cols["train/loss"]) == 1_000_000
+    assert len(top) == 10 and len(cols["train/loss"]) == steps, (len(cols["train/loss"]), steps)
 def peak_bytes():
     # VmHWM: this process's own high-water mark; ru_maxrss keeps the forking parent's across exec on Linux
     try:
@@ -214,8 +214,8 @@ def bench_memory(cache: Path, steps: int, row) -> None:
     shutil.copytree(folder / "pristine", root)
     label = f"1 run x {steps:,} steps x 8 keys"
     for what in ("compact", "query"):
-        out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(root), what], check=True, capture_output=True,
-                             text=True).stdout.split()
+        out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(root), what, str(steps)], check=True,
+                             capture_output=True, text=True).stdout.split()
         t, peak = float(out[0]), int(out[1])
         row(f"peak memory, {what} {label} (fresh process; {s(t)})", f"{peak / 2**30:.2f} GiB", "-",
             peak / 2**30, "", "< 1 GiB", peak < 2**30)
