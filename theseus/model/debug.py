@@ -147,7 +147,7 @@ class DebugLayer:
         def call(*args: Any, **kwargs: Any) -> Any:
             reported: set[tuple[str, ...]] = set()
 
-            def report(inner: Call) -> None:
+            def _intercept(inner: Call) -> None:  # the name the log lines show, as the seeds print them
                 module = inner.module
                 if inner.path in reported or module.scope is None:
                     return
@@ -158,7 +158,7 @@ class DebugLayer:
                         name = "/".join((*base, *inner.path, leaf))
                         log.debug(f"DEBUG | {name} | reused parameter shape={tuple(params[leaf].shape)}")
 
-            with intercepting(on_enter=report):
+            with intercepting(on_enter=_intercept):
                 return fn(*args, **kwargs)
 
         return call
