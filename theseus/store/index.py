@@ -59,11 +59,11 @@ class Index:
         return rootfs.url(self.fs, self.path(*parts))
 
     def require_root(self) -> None:
-        """Raise FileNotFoundError naming the root when it does not exist (checked until it does).
+        """Raise MissingFile (a FileNotFoundError) naming the root when it does not exist (checked until it does).
 
         >>> Index(*rootfs.open_root("/no/such/theseus-root")).require_root()
         Traceback (most recent call last):
-        FileNotFoundError: ...
+        theseus.errors.MissingFile: ...
         """
         if not self._exists:
             rootfs.require_root(self.fs, self.root)
