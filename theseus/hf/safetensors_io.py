@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 import ml_dtypes
 import numpy as np
 
-from theseus.errors import BadInput, CorruptData
+from theseus.errors import BadInput, CorruptData, UnknownName
 
 #: the single file of an unsharded folder, and the index of a sharded one
 SINGLE = "model.safetensors"
@@ -162,7 +162,7 @@ class SafetensorsFolder:
         try:
             rel, entry, start = self._where[name]
         except KeyError:
-            raise KeyError(f"{self.folder} holds no tensor {name!r}") from None
+            raise UnknownName(f"{self.folder} holds no tensor {name!r}") from None
         dtype, shape = DTYPES[entry["dtype"]], tuple(entry["shape"])
         if not int(np.prod(shape, dtype=np.int64)):
             return np.zeros(shape, dtype)
