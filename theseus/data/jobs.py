@@ -89,7 +89,11 @@ class AlpacaSource:
 class ChatSource:
     """``data.chat``: local .jsonl files of ``{"messages": [...]}`` (or ``prompt`` / ``response``) records, or
     folders of a Hugging Face dataset saved with ``save_to_disk``; the dataset name; the chat template
-    ("": the tokenizer's own, ChatML for tiktoken; "chatml"; or the path of a .jinja file)."""
+    ("": the tokenizer's own, ChatML for tiktoken; "chatml"; or the path of a .jinja file).
+
+    >>> ChatSource().dataset, ChatSource().template
+    ('chat', '')
+    """
 
     paths: list[str] = field(default_factory=list)
     dataset: str = "chat"
@@ -151,7 +155,11 @@ class AlpacaData(PaddedData):
 @dataclass
 class ChatData(PaddedData):
     """``data.overlong``: a conversation longer than ``block_size`` is cut to it (truncate) or left out (drop);
-    ``data.pack``: several conversations per row, with segment ids."""
+    ``data.pack``: several conversations per row, with segment ids.
+
+    >>> ChatData().overlong, ChatData().pack, ChatData().block_size
+    ('truncate', False, 1024)
+    """
 
     block_size: int = 1024
     overlong: str = "truncate"
@@ -192,6 +200,12 @@ class AlpacaConfig:
 
 @dataclass
 class ChatConfig:
+    """The config of ``data/tokenize/chat``: its ``data`` keys and the ``tokenizer``.
+
+    >>> ChatConfig().tokenizer.backend
+    'tiktoken'
+    """
+
     data: ChatData = field(default_factory=ChatData)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
 
