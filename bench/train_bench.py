@@ -80,7 +80,7 @@ def main() -> None:
                       on_report=lambda step, metrics: reports.append((step, metrics)))
     trainer.init()
     step_fn = trainer.train_step  # compiled once, shared by both loops
-    peak = trainer.peak_flops
+    peak = trainer.measure_peak()
     print(f"recipe: {'composed (mixture 0.7/0.3, Lion, cosine)' if args.composed else 'gpt/train/pretrain'}")
     print(f"model: {trainer.n_params / 1e6:.2f}M params, batch {trainer.batch_size} x {trainer.block_size}, "
           f"per-device {trainer.per_device_batch_size} x {trainer.accumulation} accumulation, "

@@ -71,13 +71,14 @@ and ``self.description``. Its log lines follow ``JOB <run> | ...``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import json
 import os
 import re
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 from loguru import logger
@@ -473,11 +474,8 @@ class Job:
         self._ran = True
         run = self.node.run
         self.log.info(f"JOB {run} | starting")
-        with (self.store.writer() if self.primary else _NullWriter()) as w:
-            self.claim(w)  # before the first record: a refused resume writes nothing more
-            self.writer = w
+        with self.recording() as w:
             try:
-                w.job(self.node, self.key, configs.to_yaml(self.config), source=job_source(type(self)))
                 self.log.debug(f"JOB {run} | pre-start sync")
                 self.sync()
                 self.log.info(f"JOB {run} | synchronized and starting with nodeid={self.node.id}")
@@ -495,12 +493,34 @@ class Job:
                 except Exception as record_error:  # never hide the job's own error
                     self.log.error(f"JOB {run} | could not record the failure: {record_error}")
                 raise
-            finally:
-                self.writer = None
         self.log.debug(f"JOB {run} | finished, waiting for everyone...")
         self.sync()
         self.log.info(f"JOB {run} | finished")
         return result
+
+    @contextlib.contextmanager
+    def recording(self, first: bool = True) -> Iterator[Any]:
+        """This run's writer, open and claimed (before its first record: a refused resume writes nothing), as
+        ``self.writer`` while the block runs; with ``first`` the job record (job and config at the first node)
+        is written first. What ``job()`` runs in, and what a step taken outside ``job()`` reuses (a training
+        job's ``tick()``). Only the primary process writes; the others get a writer that drops records.
+
+        >>> import tempfile
+        >>> job = get_job("data/tokenize/pydoc").create(tempfile.mkdtemp(), "tok")
+        >>> with job.recording() as w:
+        ...     opened = job.writer is w
+        >>> opened, job.writer is None, job.store.find().first().seq
+        (True, True, 0)
+        """
+        with (self.store.writer() if self.primary else _NullWriter()) as w:
+            self.claim(w)
+            self.writer = w
+            try:
+                if first:
+                    w.job(self.node, self.key, configs.to_yaml(self.config), source=job_source(type(self)))
+                yield w
+            finally:
+                self.writer = None
 
     def claim(self, writer) -> None:
         """Claim this run's first node (once, on the writing process): its lineage when it

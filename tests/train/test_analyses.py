@@ -254,7 +254,7 @@ def test_instrumentation_without_an_analysis_reading_it_is_refused(tmp_path, key
 def test_artifact_names_are_a_file_or_one_folder_and_a_file(make_trainer):
     trainer = make_trainer(config(), write_artifact=lambda step, name, data: name)
     trainer.init()
-    context = trainer._context(0)
+    context = trainer.context(0)
     assert context.write("norms/a.npy", b"x") == "norms/a.npy" and context.write("a.npy", b"x") == "a.npy"
     for bad in ("a/b/c.npy", "../a.npy", "norms/", "/a.npy", "norms/.hidden"):
         with pytest.raises(ValueError, match="must be a file name or <folder>/<file>"):

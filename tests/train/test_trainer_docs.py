@@ -7,7 +7,9 @@ import pytest
 
 MODULES = ["theseus.train.compile_cache", "theseus.train.config", "theseus.train.progress", "theseus.model.debug",
            "theseus.train.trainer", "theseus.replay.verify", "theseus.train.generate", "theseus.train.inspection",
-           "theseus.train.retention"]
+           "theseus.train.retention", "theseus.train.built", "theseus.train.compiled", "theseus.train.hooks",
+           "theseus.train.objective", "theseus.train.placement", "theseus.train.reports", "theseus.train.settings",
+           "theseus.train.validation", "theseus.train.verbs"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -51,7 +51,7 @@ def analyze(store: Store | str, node: str | Node, analysis: str, *, log: Any = N
         def refuse(name: str, data: bytes) -> str:
             raise BadInput(f"theseus analyze writes nothing to the root (the analysis tried to write {name!r})")
 
-        context = dataclasses.replace(trainer._context(trainer.step), write=refuse)
+        context = dataclasses.replace(trainer.context(trainer.step), write=refuse)
         return part.compute(context, **options)
     finally:
         trainer.close()

@@ -25,7 +25,7 @@ from theseus.jobs import get_job
 from theseus.replay.verify import checkpoint_config, checkpoint_of, step_of
 from theseus.store import EmptyResult, Node, Store, trust
 from theseus.store.schema import JOB, JOB_SOURCE
-from theseus.train.recipe import Recipe
+from theseus.train.recipe import is_training
 from theseus.train.trainer import Trainer
 
 __all__ = ["checkpoint_for", "restored_trainer"]
@@ -73,7 +73,7 @@ def restored_trainer(store: Store | str, target: str | Node, log: Any = None) ->
     node, folder = checkpoint_for(store, target)
     run = store.run_record(node.nonce, name=node.name)  # its own run, should another share the nonce
     recipe = get_job(run[JOB], run.get(JOB_SOURCE)) if run.get(JOB) else None
-    if recipe is not None and not issubclass(recipe, Recipe):
+    if recipe is not None and not is_training(recipe):
         raise BadInput(f"node {node.id} is of a {run[JOB]} run, not a training job: it has no model to restore")
     config = checkpoint_config(node, folder)
     trust.plain_config(config, f"node {node.id} ({node.name}:{node.nonce}:{node.seq})")  # no tags, no resolvers

@@ -39,10 +39,11 @@ LOSS = "train/loss"
 def replay(trainer: Any, steps: int) -> dict[int, float]:
     """Run ``steps`` training steps from the trainer's current state; ``{step: train loss}``.
 
-    Nothing is reported or checkpointed (the callbacks are not called); the trainer's
-    state and step advance as in training. Losses are fetched once at the end.
+    Nothing is reported or checkpointed (no hook runs: only the trainer's public step, ``prepare()`` then
+    ``run_step()``); the trainer's state and step advance as in training. Losses are fetched once at the end.
 
-    >>> from theseus.train.trainer import Trainer, tiny_example
+    >>> from theseus.train.example import tiny_example
+    >>> from theseus.train.trainer import Trainer
     >>> root, config = tiny_example()
     >>> losses = replay(Trainer(config, root, peak_flops=1e12, progress=False), 2)
     >>> sorted(losses)
@@ -52,10 +53,10 @@ def replay(trainer: Any, steps: int) -> dict[int, float]:
         raise BadInput(f"steps must be >= 0, got {steps}")
     if trainer.step + steps > trainer.total_steps:
         raise BadInput(f"cannot replay {steps} steps from step {trainer.step}: the run has {trainer.total_steps}")
-    trainer._prepare()
+    trainer.prepare()
     pending = {}
     for _ in range(steps):
-        metrics = trainer._dispatch()
+        metrics = trainer.run_step()
         pending[trainer.step] = metrics["loss"]
     return {k: float(v) for k, v in jax.device_get(pending).items()}
 

@@ -1,22 +1,19 @@
-"""When a run checkpoints, and the delivery of each committed checkpoint on the trainer's thread.
+"""The checkpoints of a run in flight, and the delivery of each committed one on the trainer's thread.
 
-`Checkpoints` owns the `Checkpointer` (background writes), the interval, the
-folder of each step and the sidecar files. A step is due every ``interval`` steps
-and at the last step; ``save`` starts a checkpoint (after delivering the previous
-one: its record must be written before the next save can fill a disk), and
-``deliver``/``wait`` run the commit callbacks on the caller's thread. ``defer`` runs
-work a commit leaves (deleting retired checkpoints) on a background thread, one piece
-at a time, so the trainer does not wait for it; ``wait`` waits for it too.
+`Checkpoints` owns the `Checkpointer` (background writes). ``save`` starts a checkpoint
+(after delivering the previous one: its record must be written before the next save can
+fill a disk), and ``deliver``/``wait`` run the commit callbacks on the caller's thread.
+``defer`` runs work a commit leaves (deleting retired checkpoints) on a background thread,
+one piece at a time, so the trainer does not wait for it; ``wait`` waits for it too. When a
+run checkpoints is a hook's cadence (`theseus.train.hooks`).
 
 >>> import tempfile, jax.numpy as jnp
 >>> root = tempfile.mkdtemp()
 >>> done = []
->>> saves = Checkpoints(folder_fn=lambda step: f"{root}/step-{step}", interval=2, total_steps=3,
-...                     on_checkpoint=lambda step, folder: done.append(step))
->>> [step for step in range(1, 4) if saves.due(step)]
-[2, 3]
->>> saves.save(2, {"w": jnp.ones(2), "step": jnp.int32(2)}, {"rng.json": "{}"}); saves.wait(); done
-[2]
+>>> saves = Checkpoints(on_checkpoint=lambda step, folder: done.append(step))
+>>> saves.save(2, {"w": jnp.ones(2), "step": jnp.int32(2)}, {"rng.json": "{}"}, f"{root}/step-2")
+>>> saves.wait(); done, saves.last_saved
+([2], 2)
 """
 
 from __future__ import annotations
@@ -34,21 +31,14 @@ __all__ = ["Checkpoints"]
 
 
 class Checkpoints:
-    """The checkpoint schedule of a run: see the module doc.
+    """The checkpoints of a run: see the module doc. ``on_checkpoint(step, folder)`` runs after each commit;
+    ``last_saved`` is the step of the last checkpoint started.
 
-    ``folder_fn(step)`` names the folder of a periodic checkpoint (None: no periodic
-    checkpoints; ``save(step, state, sidecars, folder=...)`` still works);
-    ``on_checkpoint(step, folder)`` runs after each commit.
-
-    >>> Checkpoints(folder_fn=None, interval=1, total_steps=5).due(5)
-    False
+    >>> Checkpoints().last_saved is None
+    True
     """
 
-    def __init__(self, folder_fn: Callable[[int], str] | None, interval: int, total_steps: int,
-                 on_checkpoint: Callable[[int, str], Any] | None = None, log: Any = logger):
-        self.folder_fn = folder_fn
-        self.interval = int(interval)
-        self.total_steps = int(total_steps)
+    def __init__(self, on_checkpoint: Callable[[int, str], Any] | None = None, log: Any = logger):
         self.on_checkpoint = on_checkpoint
         self.log = log
         self.last_saved: int | None = None
@@ -57,19 +47,9 @@ class Checkpoints:
         self._deferred: Future | None = None
         self._worker: ThreadPoolExecutor | None = None  # started by the first defer()
 
-    def due(self, step: int, end: int | None = None) -> bool:
-        """Whether ``train()`` checkpoints ``step``: every ``interval`` steps, the run's last step and ``end``.
-
-        >>> Checkpoints(folder_fn=str, interval=4, total_steps=10).due(6, end=6)
-        True
-        """
-        if self.folder_fn is None or self.last_saved == step:
-            return False
-        return step % self.interval == 0 or step == self.total_steps or step == end
-
-    def save(self, step: int, state: Any, sidecars: dict[str, bytes | str], folder: str | None = None,
+    def save(self, step: int, state: Any, sidecars: dict[str, bytes | str], folder: str,
              on_commit: Callable[[str], Any] | None = None) -> None:
-        """Start checkpointing ``state`` (the state after ``step`` steps) into ``folder`` (default ``folder_fn(step)``).
+        """Start checkpointing ``state`` (the state after ``step`` steps) into ``folder``.
 
         Returns once the device state is copied to host; ``on_commit(folder)`` and
         ``on_checkpoint(step, folder)`` run at the latest in ``wait()``.
@@ -78,7 +58,6 @@ class Checkpoints:
         # a disk this save fills would refuse it and leave that complete checkpoint unreferenced
         self._checkpointer.wait()
         self.deliver()
-        folder = self.folder_fn(step) if folder is None else folder
         self.log.debug(f"CHECKPOINT | saving step {step} to {folder}")
         commits = self._commits
         self._checkpointer.save(folder, state, sidecars, on_commit=lambda f: commits.put((step, f, on_commit)))
@@ -105,7 +84,7 @@ class Checkpoints:
         """Run ``work`` on the background thread, after the work deferred before (which this waits for,
         so at most one piece is pending); ``wait()`` re-raises its error.
 
-        >>> saves = Checkpoints(folder_fn=None, interval=1, total_steps=1)
+        >>> saves = Checkpoints()
         >>> done = []
         >>> saves.defer(lambda: done.append(1)); saves.wait(); done
         [1]

@@ -1,8 +1,10 @@
 """The registered training job ``gpt/train/pretrain``: a recipe trained by the Trainer, every step a node.
 
-``Pretrain`` is `theseus.train.recipe.Recipe` (a GPT on one tokenized dataset,
-AdamW, warmup-stable-decay, cross-entropy and per-dataset validation loss) with the store around it. A subclass
-that replaces parts is a new training job::
+``Pretrain`` holds a `theseus.train.recipe.Recipe` (a GPT on one tokenized dataset, AdamW,
+warmup-stable-decay, cross-entropy and per-dataset validation loss) and puts the store around
+its trainer. Its class carries the recipe class (``Pretrain.RECIPE``); a subclass that replaces
+parts, or overrides a recipe hook (``model(config)``, ``loss(config)``...), is a new training job
+whose ``RECIPE`` is made from its body (`job_recipe`)::
 
     @job("mylab/train/mix", "Pretrain on a 70/30 mixture with Lion and a cosine schedule.")
     class Mix(Pretrain):
@@ -13,15 +15,15 @@ that replaces parts is a new training job::
 
 from __future__ import annotations
 
+import types
 import weakref
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 
 from theseus import config as configs
 from theseus.errors import BadInput
-from theseus.experiments import job_source
-from theseus.jobs import Job, Preempted, _NullWriter, job, job_json
+from theseus.jobs import Job, Preempted, job, job_json
 from theseus.mirror import Mirror, MirrorRun, open_sink
 from theseus.store import EmptyResult, Node, layout, retired, schema, trust
 from theseus.store import fs as rootfs
@@ -47,49 +49,116 @@ def recorded_step(record: dict[str, Any]) -> int | None:
     return int(value)
 
 
-@job("gpt/train/pretrain", "Pretrain a GPT on a tokenized dataset; every step a node, checkpoints in objects/.")
-class Pretrain(Recipe, Job):
-    """Train the recipe's model on its data (by default a GPT on ``<root>/data/<data.dataset>``); the node at
-    seq k holds the state after k steps.
+#: the recipe hooks a job class may override in its body (they become methods of its recipe class)
+RECIPE_HOOKS = ("check", "model", "loss", "forward", "objective", "schedule", "optimizer", "sources", "loader",
+                "build", "step_parts", "validation_data")
 
-    A subclass replaces parts (``DATA``, ``OPTIMIZER``...) or overrides a hook
-    (``model``, ``loss``): see `theseus.train.recipe.Recipe`. Reports land on their
-    step's node, checkpoints under ``objects/<node-id>/`` and the node's checkpoint
-    record is appended only after the checkpoint's MANIFEST is published. Restoring
-    (``q.find()...resume()`` or ``branch()``) continues from the base node's checkpoint.
 
-    By default it lists the validation loss and the bits per byte of each dataset's validation
-    split (`theseus.train.evals.text.BitsPerByte`).
+def _moved(fn: types.FunctionType, owner: type) -> types.FunctionType:
+    """``fn`` (a hook written in a job class's body) as a method of the recipe class ``owner``: its zero-argument
+    ``super()`` then walks the recipe classes, as it would have walked the job classes."""
+    cells = tuple(types.CellType(owner) if name == "__class__" else cell
+                  for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True))
+    moved = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, cells or None)
+    moved.__kwdefaults__, moved.__doc__, moved.__qualname__ = fn.__kwdefaults__, fn.__doc__, fn.__qualname__
+    return moved
 
-    >>> Pretrain.key, [e.name for e in Pretrain.EVALUATION]
-    ('gpt/train/pretrain', ['val-loss', 'bits-per-byte'])
+
+def job_recipe(cls: type, base: type[Recipe]) -> type[Recipe]:
+    """The recipe class of the job class ``cls``: a subclass of ``base`` (its parent job's recipe class) with the
+    part attributes and constants (upper-case names), the ``Config`` and the hooks (`RECIPE_HOOKS`) declared by
+    the body of ``cls`` and of the mixins before its parent job class in its MRO (a mixin's first).
+
+    >>> from theseus.train import optimizers
+    >>> class Fast(Pretrain):
+    ...     OPTIMIZER = optimizers.Lion
+    ...     def loss(self, config):
+    ...         return super().loss(config)
+    >>> from theseus.train.config import load_config
+    >>> loss = Fast.RECIPE().loss(load_config(None, Fast.Config))
+    >>> Fast.RECIPE.OPTIMIZER.name, Fast.RECIPE.__bases__ == (Pretrain.RECIPE,), loss.__name__
+    ('lion', True, 'cross_entropy')
+    """
+    owners = []
+    for owner in cls.__mro__:
+        if owner is not cls and "RECIPE" in vars(owner):
+            break  # the parent job: its recipe class is ``base``
+        owners.append(owner)
+    body: dict[str, Any] = {}
+    hooks: dict[str, types.FunctionType] = {}
+    for owner in reversed(owners):
+        for name, value in vars(owner).items():
+            if name == "Config" or (name.isupper() and not name.startswith("_") and name != "RECIPE"):
+                body[name] = value
+            elif name in RECIPE_HOOKS and isinstance(value, types.FunctionType):
+                hooks[name] = value
+    recipe = type(f"{cls.__name__}Recipe", (base,), {**body, "__module__": cls.__module__,
+                                                     "__qualname__": f"{cls.__qualname__}.RECIPE"})
+    for name, fn in hooks.items():
+        setattr(recipe, name, _moved(fn, recipe))
+    return recipe
+
+
+class PretrainRecipe(Recipe):
+    """The recipe of `gpt/train/pretrain`: `Recipe`'s parts, with the bits per byte of each dataset's validation
+    split among the evaluations.
+
+    >>> [e.name for e in PretrainRecipe.EVALUATION]
+    ['val-loss', 'bits-per-byte']
     """
 
     EVALUATION = (ValidationLoss, BitsPerByte)
 
+
+@job("gpt/train/pretrain", "Pretrain a GPT on a tokenized dataset; every step a node, checkpoints in objects/.")
+class Pretrain(Job):
+    """Train the recipe's model on its data (by default a GPT on ``<root>/data/<data.dataset>``); the node at
+    seq k holds the state after k steps.
+
+    The job holds its recipe (``self.recipe``, an instance of ``RECIPE``); a subclass replaces parts
+    (``DATA``, ``OPTIMIZER``...) or overrides a recipe hook (``model``, ``loss``): see
+    `theseus.train.recipe.Recipe` and `job_recipe`. Reports land on their step's node, checkpoints
+    under ``objects/<node-id>/`` and the node's checkpoint record is appended only after the
+    checkpoint's MANIFEST is published. Restoring (``q.find()...resume()`` or ``branch()``) continues
+    from the base node's checkpoint.
+
+    By default it lists the validation loss and the bits per byte of each dataset's validation
+    split (`theseus.train.evals.text.BitsPerByte`).
+
+    >>> Pretrain.key, [e.name for e in Pretrain.EVALUATION], Pretrain.RECIPE.EVALUATION == Pretrain.EVALUATION
+    ('gpt/train/pretrain', ['val-loss', 'bits-per-byte'], True)
+    """
+
+    RECIPE: ClassVar[type[Recipe]] = PretrainRecipe  # a subclass's is made from its body: see job_recipe
+    MODEL = RECIPE.MODEL
+    DATA = RECIPE.DATA
+    OPTIMIZER = RECIPE.OPTIMIZER
+    SCHEDULE = RECIPE.SCHEDULE
+    LOSS = RECIPE.LOSS
+    EVALUATION = RECIPE.EVALUATION
+    ANALYSIS = RECIPE.ANALYSIS
+    Config = RECIPE.Config
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.RECIPE = job_recipe(cls, next(b.RECIPE for b in cls.__mro__[1:] if "RECIPE" in vars(b)))
+        cls.Config = cls.RECIPE.Config
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        """Use ``create``; the job holds an instance of its recipe class."""
+        super().__init__(*args, **kwargs)
+        self.recipe: Recipe = type(self).RECIPE()
+
     def setup(self) -> None:
-        """Validate, build the trainer (autobatch when asked) and initialise or restore its state."""
+        """Validate, build the trainer (autobatch when asked), attach its hooks (records, mirror, checkpoints)
+        and initialise or restore its state."""
         from theseus.train.trainer import Trainer  # with TensorStore, loaded only when a training job is set up
 
-        checkpoint = step = None
-        if self.base is not None:
-            record = self.store.record(self.base)
-            checkpoint, step = record.get("_checkpoint"), recorded_step(record)
-            if not checkpoint or retired.retired(record):
-                what = f"retired ({retired.retired(record)})" if checkpoint else "no committed"
-                raise BadInput(
-                    f"node {self.base.id} (seq {self.base.seq} of {self.base.name}:{self.base.nonce}) has {what} "
-                    "checkpoint; query with .checkpoint() to pick one that has"
-                )
-            try:  # the rule audit applies: only a folder inside the root is followed
-                checkpoint = trust.checkpoint_folder(self.store.fs, self.store.path(), checkpoint)
-            except ValueError as e:
-                raise BadInput(f"cannot restore node {self.base.id} (seq {self.base.seq} of "
-                                 f"{self.base.name}:{self.base.nonce}): {e}") from None
-        source = None  # training.init_from: a new lineage under that node, from its parameters
+        checkpoint, step = self._base_checkpoint()
+        source = source_folder = None  # training.init_from: a new lineage under that node, from its parameters
         if self.base is None and self.config.training.init_from:
             source, source_folder, source_config = init_from.source_of(self.store, str(self.config.training.init_from))
-            init_from.adopt(self.config, type(self).defaults(), source_config, self)
+            init_from.adopt(self.config, type(self).defaults(), source_config, self.recipe)
             self.node = Node(self.name, self.node.nonce, 0, source.id)
         self._first_parent = self.base.id if self.base is not None else source.id if source is not None else None
         self.primary = jax.process_index() == 0
@@ -100,19 +169,19 @@ class Pretrain(Recipe, Job):
         self._artifact_nodes: set[str] = set()  # nodes whose artifacts record this job wrote
         policy = Policy.from_config(self.config.logging)  # logging.keep_checkpoints: None keeps every checkpoint
         self._retention = Retention(policy, self.store, self.log) if policy.keep else None
-        self.trainer = Trainer(
-            self.config,
-            self.store.root,
-            recipe=self,
-            on_report=self._report,
-            on_checkpoint=self._committed,
-            folder_fn=self._folder_at,
-            write_artifact=self._write_artifact,
-            sidecars=self._sidecars,
-            log=self.log,
-        )
+        self.trainer = Trainer(self.config, self.store.root, recipe=self.recipe, log=self.log,
+                               write_artifact=self._write_artifact, sidecars=self._sidecars)
+        self.trainer.checkpoint_to(self._folder_at)
+        self.trainer.add_hook(self._committed, on="commit")
+        self.trainer.add_hook(self._report)
         if self.config.training.per_device_batch_size == -1:
             self.config.training.per_device_batch_size = self.trainer.per_device_batch_size
+        self._place_state(checkpoint, step, source, source_folder)
+
+    def _place_state(self, checkpoint: str | None, step: int | None, source: Node | None,
+                     source_folder: str | None) -> None:
+        """The trainer's first state: the parameters of ``source`` (``training.init_from``), a fresh one, or the
+        base node's ``checkpoint`` (which must hold ``step``); sets the offset of seq against step."""
         if source is not None:
             self.trainer.start_from(source_folder, node=source, verify=self.verify)
             self._offset = 0
@@ -124,6 +193,23 @@ class Pretrain(Recipe, Job):
             self.trainer.restore(rootfs.url(self.store.fs, checkpoint), verify=self.verify, node=self.base, step=step)
             # same lineage: seq == step; a branch starts its own seq 0 at the base's step
             self._offset = self.trainer.step if self.node.nonce != self.base.nonce else 0
+
+    def _base_checkpoint(self) -> tuple[str | None, int | None]:
+        """The checkpoint folder of the base node (inside the root) and the step it recorded; (None, None) for a
+        fresh run. A base without a committed checkpoint, or with a retired one, is refused."""
+        if self.base is None:
+            return None, None
+        record = self.store.record(self.base)
+        checkpoint, step = record.get("_checkpoint"), recorded_step(record)
+        if not checkpoint or retired.retired(record):
+            what = f"retired ({retired.retired(record)})" if checkpoint else "no committed"
+            raise BadInput(f"node {self.base.id} (seq {self.base.seq} of {self.base.name}:{self.base.nonce}) has "
+                           f"{what} checkpoint; query with .checkpoint() to pick one that has")
+        try:  # the rule audit applies: only a folder inside the root is followed
+            return trust.checkpoint_folder(self.store.fs, self.store.path(), checkpoint), step
+        except ValueError as e:
+            raise BadInput(f"cannot restore node {self.base.id} (seq {self.base.seq} of "
+                           f"{self.base.name}:{self.base.nonce}): {e}") from None
 
     # -- the nodes of this run ------------------------------------------------
 
@@ -254,27 +340,25 @@ class Pretrain(Recipe, Job):
         return folder
 
     def tick(self) -> Node:
-        """Train exactly one step (consuming ``batch()``) and write its node like a normal step."""
-        if self.writer is None:
-            with (self.store.writer() if self.primary else _NullWriter()) as w:  # only process 0 writes records
-                self.claim(w)  # a resumed lineage is claimed before its first record, as in job()
-                self.writer = w
+        """Train exactly one step (consuming ``batch()``) and write its node like a normal step: inside ``job()``
+        with its writer; outside it in the job's own run context (`theseus.jobs.Job.recording`: claimed, and the
+        job record first when the lineage starts here), as an inspection session."""
+        if self.writer is not None:
+            self.trainer.tick()
+        else:
+            first = not self._ran and not self._ticked  # a created job ticked before it ran: its lineage starts here
+            with self.recording(first=first) as writer:
                 try:
-                    if not self._ran and not self._ticked:  # a created job ticked before it ran: its lineage
-                        # starts with the job record, as in job()
-                        w.job(self.node, self.key, configs.to_yaml(self.config), source=job_source(type(self)))
+                    if first:
                         self._start()
                         if self.primary:
-                            self._inspection.start(w, self.node)
+                            self._inspection.start(writer, self.node)
                             weakref.finalize(self, self._inspection.close)  # at exit when close() never comes
                     self._ticked = True
                     self.trainer.tick()
                     self.trainer.wait()
                 finally:
-                    self.writer = None
                     self._close_mirror()
-        else:
-            self.trainer.tick()
         self.node = self._node_at(self.trainer.step)
         self._inspection.moved(self.node)
         return self.node

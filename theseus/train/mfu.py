@@ -179,3 +179,27 @@ def cached_cpu_peak(path: str, device_kind: str, dtype: str, log: Any = logger) 
     except OSError as error:  # a read-only root still trains
         log.warning(f"MFU | could not cache the CPU peak in {file}: {error}")
     return peak
+
+
+def mesh_peak(mesh: Any, dtype: str, cache: str, log: Any = logger) -> float:
+    """Peak FLOP/s of the devices of ``mesh`` for ``dtype``, NaN when unknown: a chip's table entry
+    (`chip_peak`) times the device count; on CPU this machine's measured matmul peak (all its virtual
+    devices share it), read from or written to the folder ``cache`` (`cached_cpu_peak`), so a trainer
+    asks once, before its first timed step. Processes other than 0 of a CPU run neither measure nor
+    cache (only process 0 writes metrics).
+
+    >>> import jax, tempfile
+    >>> from jax.sharding import Mesh
+    >>> mesh_peak(Mesh(jax.devices()[:1], ("data",)), "float32", tempfile.mkdtemp()) > 0
+    True
+    """
+    device = mesh.devices.flat[0]
+    if device.platform == "cpu":
+        if jax.process_index() != 0:
+            return float("nan")
+        return cached_cpu_peak(cache, str(device.device_kind), dtype, log)
+    chip = chip_peak(device, dtype)
+    if chip is None:
+        log.warning(f"MFU | unknown chip {device.device_kind!r}: train/mfu is NaN")
+        return float("nan")
+    return chip * mesh.devices.size

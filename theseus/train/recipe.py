@@ -28,11 +28,15 @@ store around it (`theseus.train.jobs.Pretrain`).
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import flax.linen as nn
+import jax
 import optax
+from jax.sharding import Mesh
+from loguru import logger
 from omegaconf import DictConfig, OmegaConf
 
 from theseus.data.loader import Loader
@@ -40,7 +44,10 @@ from theseus.data.mixture import MixtureLoader, Sampling, open_mixture
 from theseus.data.store import open_dataset
 from theseus.data.tokenizer import TokenizerConfig
 from theseus.errors import BadInput
-from theseus.train import evaluations, losses, models, optimizers, schedules
+from theseus.model.gpt import count_params
+from theseus.train import autobatch, evaluations, losses, models, optimizers, schedules
+from theseus.train.built import Built, Layout, StepParts, ValidationData, check_vocabulary, shard_config, topology_of
+from theseus.train.compiled import batch_keys, compile_train_step
 from theseus.train.config import (
     READ_BY_ANALYSES,
     DataConfig,
@@ -51,10 +58,14 @@ from theseus.train.config import (
     ShardSection,
     TrainingConfig,
     check_config,
+    total_steps,
 )
+from theseus.train.objective import Forward, Objective, TokenObjective, model_forward
 from theseus.train.parts import Part, dataclass_fields, parts, section_fields
+from theseus.train.plan import TrainingPlan, micro_batch_candidates
+from theseus.train.sharding import DATA
 
-__all__ = ["PretrainConfig", "Recipe", "Sampling", "SourceConfig", "as_recipe"]
+__all__ = ["PretrainConfig", "Recipe", "Sampling", "SourceConfig", "as_recipe", "is_training"]
 
 #: the sections every training job has, in the order config.yaml lists them; part sections fill the empty ones
 SECTIONS: tuple[tuple[str, type | None], ...] = (
@@ -270,6 +281,32 @@ class Recipe:
         section = config.loss if "loss" in config else None
         return self.LOSS.build(section)
 
+    def forward(self, config: DictConfig, model: nn.Module) -> Forward:
+        """The model on a batch, ``forward(params, frozen, batch, *, deterministic, rng) -> logits``
+        (`theseus.train.objective.model_forward`); a transform that trains adapters over a frozen base replaces it.
+
+        >>> import jax, jax.numpy as jnp
+        >>> from theseus.train.config import load_config
+        >>> config = load_config({"architecture": {"n_embd": 32, "n_head": 2, "n_layers": 1, "vocab_size": 64}},
+        ...                      Recipe.Config)
+        >>> model = Recipe().model(config)
+        >>> params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32))["params"]
+        >>> Recipe().forward(config, model)(params, None, {"x": jnp.zeros((1, 4), jnp.int32)}).shape
+        (1, 4, 64)
+        """
+        return model_forward(model)
+
+    def objective(self, config: DictConfig, loss: Callable[[Any, Any], Any]) -> Objective:
+        """What a step minimises (`theseus.train.objective`): by default the mean of the per-token ``loss``
+        over the tokens ``padding_mask`` counts; a sequence-level objective (DPO) replaces it.
+
+        >>> from theseus.train.config import load_config
+        >>> config = load_config(None, Recipe.Config)
+        >>> Recipe().objective(config, Recipe().loss(config)).metrics
+        ()
+        """
+        return TokenObjective(loss)
+
     def schedule(self, config: DictConfig, total_steps: int) -> Callable[[Any], Any]:
         """The learning rate at each step: ``SCHEDULE`` over ``total_steps`` with peak ``optimization.lr``.
 
@@ -317,28 +354,153 @@ class Recipe:
         return open_mixture(root, self.sources(config), split, seed=config.data.seed, batch_size=batch_size,
                             block_size=block_size, suffix=config.data.suffix)
 
+    # -- build: every part, once ----------------------------------------------------------
+
+    def build(self, config: DictConfig, mesh: Mesh, root: str, *, log: Any = logger,
+              memory_budget_bytes: int | None = None) -> Built:
+        """Every part of a run on ``mesh`` with the data of ``root``, built once (`theseus.train.built.Built`).
+
+        ``config`` is the job's loaded config (`theseus.train.config.load_config`); it is checked first
+        (`check`), before any device work. Then the plan's batch split (`TrainingPlan`), the data (a missing
+        dataset names its tokenize job; ``block_size`` must fit; its tokenizer must fit the vocabulary), the
+        model, loss, forward, objective, schedule and optimizer, the state's layout, and with
+        ``per_device_batch_size=-1`` the real step compiled for each candidate size to pick the largest that
+        fits ``memory_budget_bytes``. Logs TOPOLOGY, AUTOBATCH, BATCHING / STEPS / TOKENS and MODEL.
+        Override it to transform what is built (``dataclasses.replace`` of the parts).
+        """
+        self.check(config)
+        shard = shard_config(config)
+        topology = topology_of(mesh, shard)
+        log.info(f"TOPOLOGY | \n{json.dumps(topology, indent=2)}")
+        data_parallel, local = int(mesh.shape[DATA]), int(topology["local_replicas"]) or 1
+        fixed = int(config.training.per_device_batch_size) != -1
+        plan = TrainingPlan.build(config, data_parallel, local) if fixed else None  # the split, before any data
+        if not fixed:
+            micro_batch_candidates(int(config.training.batch_size), data_parallel)  # some candidate splits it
+        loader = self.loader(config, root, "train", int(config.training.batch_size))
+        check_vocabulary(loader, int(config.architecture.vocab_size))
+        validating = bool(config.training.validation) and config.training.validation_steps > 0
+        evaluations = tuple(self.EVALUATION) if config.training.evaluate else ()
+        analyses = tuple(self.ANALYSIS) if config.training.analyze else ()
+        if validating or evaluations or analyses:
+            self.loader(config, root, "val", 1)  # the val split exists and block_size fits it
+        parts = self.step_parts(config)
+        layout = Layout.of(parts.model, parts.optimizer, mesh, shard, int(config.architecture.block_size))
+        trials, compiled = (), None
+        if plan is None:
+            plan, trials, compiled = self._probed_plan(config, parts, layout, (local, batch_keys(loader)), log,
+                                                       memory_budget_bytes)
+        for line in plan.lines():
+            log.info(line)
+        n_params = count_params(layout.abstract_state["params"])
+        log.info(f"MODEL | Total Parameters: {n_params / 1e6:.2f}m")
+        opened = validating or evaluations or analyses
+        return Built(config=config, parts=parts, layout=layout, plan=plan, loader=loader,
+                     validation=self.validation_data(config, root, plan.micro_rows) if opened else ValidationData(),
+                     sources=tuple(s.dataset for s in self.sources(config)), evaluations=evaluations,
+                     analyses=analyses, validating=validating, n_params=n_params,
+                     flops_per_token=self.MODEL.flops_per_token(config.architecture, layout.abstract_state["params"]),
+                     topology=topology, autobatch_trials=tuple(trials), compiled_step=compiled)
+
+    def step_parts(self, config: DictConfig) -> StepParts:
+        """The model, loss, forward, objective, optimizer and schedule of a run of ``config`` (its hooks).
+
+        >>> from theseus.train.config import load_config
+        >>> parts = Recipe().step_parts(load_config(None, Recipe.Config))
+        >>> type(parts.model).__name__, type(parts.objective).__name__
+        ('GPT', 'TokenObjective')
+        """
+        total = total_steps(config.training, int(config.architecture.block_size))
+        model, loss = self.model(config), self.loss(config)
+        return StepParts(model=model, loss=loss, forward=self.forward(config, model),
+                         objective=self.objective(config, loss), optimizer=self.optimizer(config, total),
+                         schedule=self.schedule(config, total))
+
+    def _probed_plan(self, config: DictConfig, parts: StepParts, layout: Layout, batching: tuple[int, tuple],
+                     log: Any, memory_budget_bytes: int | None) -> tuple[TrainingPlan, list, Any]:
+        """The plan whose micro-batch is the largest candidate whose compiled step fits the budget; the trials
+        and the compiled step of the chosen size."""
+        local, keys = batching
+        compiled: dict[int, Any] = {}
+        trials: list = []
+        B, T = int(config.training.batch_size), int(config.architecture.block_size)
+
+        def compile_step(micro: int) -> Any:
+            compiled[micro] = compile_train_step(parts, layout, B, micro, T, jax.random.PRNGKey(0), keys=keys)
+            return compiled[micro]
+
+        def probe(candidates: list[int]) -> int:
+            result = autobatch.probe_batch_size(candidates, compile_step, memory_budget_bytes)
+            trials.extend(result.trials)
+            tried = ", ".join(f"{s}: {'OOM' if b is None else f'{b / 2**20:.1f} MiB'}"
+                              f"{'' if f else ' (too big)'}" for s, b, f in result.trials)
+            log.info(f"AUTOBATCH | per_device_batch_size={result.batch_size} | tried {tried}")
+            return autobatch.agreed_batch_size(result.batch_size)  # one size for every process
+
+        plan = TrainingPlan.build(config, int(layout.mesh.shape[DATA]), local, probe)
+        return plan, trials, compiled.get(plan.per_device_batch_size)
+
+    def validation_data(self, config: DictConfig, root: str, rows: int) -> ValidationData:
+        """The val loaders of ``config``'s data, ``rows`` rows per batch: the whole data's and one per dataset
+        (a mixture's each padded to ``block_size`` like the mixture).
+
+        >>> from theseus.train.example import tiny_example
+        >>> from theseus.train.config import load_config
+        >>> root, config = tiny_example()
+        >>> data = Recipe().validation_data(load_config(config, Recipe.Config), root, 2)
+        >>> data.loader("fineweb") is data.loader(None), data.whole.batch_size
+        (True, 2)
+        """
+        whole = self.loader(config, root, "val", rows)
+        names = [s.dataset for s in self.sources(config)]
+        if len(names) == 1:  # one dataset shares the val/loss loader, so its loss is computed once
+            return ValidationData(whole, {names[0]: whole})
+        return ValidationData(whole, {name: open_mixture(
+            root, [Sampling(name, 1.0)], "val", seed=config.data.seed, batch_size=rows,
+            block_size=int(config.architecture.block_size), suffix=config.data.suffix) for name in names})
+
 
 Recipe.Config = Recipe.compose_config()
 
 
-def as_recipe(recipe: Recipe | type[Recipe] | None) -> Recipe:
-    """The recipe instance whose hooks a trainer calls: ``recipe`` itself, or one of the class ``recipe``.
-
-    An instance of a class is made without running its ``__init__`` (a job class's
-    needs a store), so hooks read only their arguments and class attributes.
+def as_recipe(recipe: Any) -> Recipe:
+    """The recipe a trainer builds from: ``recipe`` itself (an instance), one of the class ``recipe``, the
+    recipe a job holds (``job.recipe``) or one of the recipe class a job class carries (``JobClass.RECIPE``,
+    as `theseus.train.jobs.Pretrain` and its subclasses do); None: the default `Recipe`.
 
     >>> as_recipe(None).OPTIMIZER.name, isinstance(as_recipe(Recipe), Recipe)
     ('adamw', True)
-    """
+    >>> as_recipe(int)
+    Traceback (most recent call last):
+    ...
+    TypeError: builtins.int is not a training recipe (a theseus.train.recipe.Recipe subclass, or a training job such as gpt/train/pretrain)
+    """  # noqa: E501 - the doctest shows the message whole
     if recipe is None:
         return Recipe()
-    if isinstance(recipe, type):
-        if not issubclass(recipe, Recipe):
-            raise TypeError(f"{recipe.__module__}.{recipe.__qualname__} is not a training recipe "
-                            "(a theseus.train.recipe.Recipe subclass such as a gpt/train/pretrain job)")
-        return recipe.__new__(recipe)
-    if not isinstance(recipe, Recipe):
-        raise TypeError(f"recipe must be a theseus.train.recipe.Recipe (class or instance), got {recipe!r}")
-    return recipe
+    if isinstance(recipe, Recipe):
+        return recipe
+    held = getattr(recipe, "recipe", None) if not isinstance(recipe, type) else None
+    if isinstance(held, Recipe):  # a training job holds its recipe
+        return held
+    cls = getattr(recipe, "RECIPE", recipe)  # a training job class carries its recipe class
+    if isinstance(cls, type) and issubclass(cls, Recipe):
+        return cls()
+    name = f"{recipe.__module__}.{recipe.__qualname__}" if isinstance(recipe, type) else repr(recipe)
+    raise TypeError(f"{name} is not a training recipe (a theseus.train.recipe.Recipe subclass, or a training job "
+                    "such as gpt/train/pretrain)")
+
+
+def is_training(cls: Any) -> bool:
+    """Whether ``cls`` is a recipe class or a training job class carrying one (``RECIPE``): what a trainer
+    builds from.
+
+    >>> from theseus.train.jobs import Pretrain
+    >>> is_training(Recipe), is_training(Pretrain), is_training(int)
+    (True, True, False)
+    """
+    owner = getattr(cls, "RECIPE", cls)
+    return isinstance(owner, type) and issubclass(owner, Recipe)
+
+
 #: the config dataclass of `gpt/train/pretrain`: `SECTIONS` filled by the GPT, AdamW, WSD and cross-entropy parts
 PretrainConfig = Recipe.Config

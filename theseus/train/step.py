@@ -30,8 +30,7 @@ import optax
 
 from theseus.errors import BadInput
 from theseus.model.gpt import cross_entropy
-
-BATCH_KEYS = ("x", "y", "padding_mask")
+from theseus.train.objective import BATCH_KEYS, OPTIONAL_KEYS, Forward, Objective, TokenObjective, model_forward
 
 
 def init_state(model: nn.Module, optimizer: optax.GradientTransformation, rng, block_size: int) -> dict:
@@ -103,17 +102,36 @@ def _check_batch(batch: dict) -> None:
         raise BadInput(f"batch is missing keys {missing}; expected {list(BATCH_KEYS)}, got {sorted(batch)}")
 
 
-def make_grad_fn(model: nn.Module, accum_steps: int = 1, *, dropout: bool | None = None, token_loss=cross_entropy):
-    """Build `grad_fn(params, batch, rng) -> (loss, grads, tokens)` with gradient accumulation.
+def step_keys(batch: dict) -> tuple[str, ...]:
+    """The keys of ``batch`` a step reads: `BATCH_KEYS`, then the `OPTIONAL_KEYS` it holds.
+
+    >>> step_keys({"x": 0, "y": 0, "padding_mask": 0, "positions": 0, "note": 0})
+    ('x', 'y', 'padding_mask', 'positions')
+    """
+    _check_batch(batch)
+    return (*BATCH_KEYS, *(k for k in OPTIONAL_KEYS if k in batch))
+
+
+def _uses_dropout(model: nn.Module, dropout: bool | None) -> bool:
+    if dropout is not None:
+        return bool(dropout)
+    config = getattr(model, "config", None)
+    return bool(config is not None and getattr(config, "dropout", 0.0) > 0)
+
+
+def make_grad_fn(model: nn.Module, accum_steps: int = 1, *, dropout: bool | None = None, token_loss=cross_entropy,
+                 objective: Objective | None = None, forward: Forward | None = None):
+    """Build `grad_fn(params, batch, rng, frozen=None) -> (loss, grads, tokens)` with gradient accumulation.
 
     `batch` is split into `accum_steps` micro-batches (`split_micro_batches`) and
     `jax.lax.scan` runs one forward/backward per micro-batch. Each micro-batch
-    contributes sum(masked token losses) / (mask count of the whole batch), so `loss`
-    (the mean masked token loss) and `grads` (float32 sums, cast to the param dtype)
-    equal those of one big batch. Micro-batch i uses dropout key
-    `jax.random.fold_in(rng, i)`. `dropout=None` means "when model.config.dropout > 0".
-    `token_loss(logits, y) -> [B, T]` is the per-token loss (a recipe's loss part;
-    default next-token cross-entropy).
+    contributes its ``loss_sum`` / (``objective.count`` of the whole batch), so `loss`
+    (the mean masked token loss by default) and `grads` (float32 sums, cast to the param dtype)
+    equal those of one big batch. Micro-batch i uses dropout key `jax.random.fold_in(rng, i)`.
+    `dropout=None` means "when model.config.dropout > 0". `objective` (`theseus.train.objective`;
+    default: `TokenObjective` of `token_loss`, the per-token loss ``(logits, y) -> [B, T]``) over
+    `forward` (default `model_forward(model)`); `frozen` reaches both and gets no gradient.
+    `make_train_step` also reports the objective's metrics (`accumulated_grads`).
 
     >>> import jax, jax.numpy as jnp
     >>> from theseus.model import GPT, GPTConfig
@@ -125,42 +143,64 @@ def make_grad_fn(model: nn.Module, accum_steps: int = 1, *, dropout: bool | None
     >>> int(tokens)
     32
     """
+    accumulate = accumulated_grads(model, accum_steps, dropout=dropout, token_loss=token_loss, objective=objective,
+                                   forward=forward)
+
+    def grad_fn(params, batch, rng, frozen=None):
+        loss, grads, tokens, _ = accumulate(params, batch, rng, frozen)
+        return loss, grads, tokens
+
+    return grad_fn
+
+
+def accumulated_grads(model: nn.Module, accum_steps: int = 1, *, dropout: bool | None = None,
+                      token_loss=cross_entropy, objective: Objective | None = None, forward: Forward | None = None):
+    """`make_grad_fn`'s ``grad_fn`` that also returns the objective's metrics (each sum over the count):
+    ``(params, batch, rng, frozen=None) -> (loss, grads, tokens, metrics)``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from theseus.model import GPT, GPTConfig
+    >>> model = GPT(GPTConfig(n_embd=32, n_head=4, n_layers=1, vocab_size=64, block_size=8))
+    >>> params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))["params"]
+    >>> batch = {"x": jnp.zeros((2, 8), jnp.int32), "y": jnp.zeros((2, 8), jnp.int32),
+    ...          "padding_mask": jnp.ones((2, 8), bool)}
+    >>> accumulated_grads(model)(params, batch, jax.random.PRNGKey(1))[3]
+    {}
+    """
     if isinstance(accum_steps, bool) or not isinstance(accum_steps, int) or accum_steps <= 0:
         raise BadInput(f"accum_steps must be a positive int, got {accum_steps!r}")
-    if dropout is None:
-        config = getattr(model, "config", None)
-        dropout = bool(config is not None and getattr(config, "dropout", 0.0) > 0)
+    dropout = _uses_dropout(model, dropout)
+    objective = TokenObjective(token_loss) if objective is None else objective
+    forward = model_forward(model) if forward is None else forward
 
-    def grad_fn(params, batch, rng):
-        _check_batch(batch)
-        micro = split_micro_batches({k: batch[k] for k in BATCH_KEYS}, accum_steps)
-        mask = micro["padding_mask"].astype(jnp.float32)
-        count = jnp.sum(mask)
+    def grad_fn(params, batch, rng, frozen=None):
+        micro = split_micro_batches({k: batch[k] for k in step_keys(batch)}, accum_steps)
+        count = objective.count(batch)
         denom = jnp.maximum(count, 1.0)
 
-        def micro_loss(p, x, y, m, key):
-            rngs = {"dropout": key} if dropout else None
-            logits = model.apply({"params": p}, x, deterministic=not dropout, rngs=rngs)
-            return jnp.sum(token_loss(logits, y) * m) / denom
+        def micro_loss(p, one, key):
+            loss_sum, metric_sums = objective(forward, p, frozen, one, key if dropout else None)
+            return loss_sum / denom, metric_sums
 
-        value_and_grad = jax.value_and_grad(micro_loss)
+        value_and_grad = jax.value_and_grad(micro_loss, has_aux=True)
 
         def body(carry, inputs):
-            loss_acc, grad_acc = carry
-            i, x, y, m = inputs
-            loss, grads = value_and_grad(params, x, y, m, jax.random.fold_in(rng, i))
+            loss_acc, grad_acc, metric_acc = carry
+            i, one = inputs
+            (loss, metric_sums), grads = value_and_grad(params, one, jax.random.fold_in(rng, i))
             grad_acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grad_acc, grads)
-            return (loss_acc + loss, grad_acc), None
+            metric_acc = {k: a + metric_sums[k].astype(jnp.float32) for k, a in metric_acc.items()}
+            return (loss_acc + loss, grad_acc, metric_acc), None
 
         zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-        carry = (jnp.zeros((), jnp.float32), zeros)
-        xs = (jnp.arange(accum_steps), micro["x"], micro["y"], mask)
+        carry = (jnp.zeros((), jnp.float32), zeros, {name: jnp.zeros((), jnp.float32) for name in objective.metrics})
+        xs = (jnp.arange(accum_steps), micro)
         if accum_steps == 1:
-            (loss, grads), _ = body(carry, jax.tree.map(lambda a: a[0], xs))
+            (loss, grads, metrics), _ = body(carry, jax.tree.map(lambda a: a[0], xs))
         else:
-            (loss, grads), _ = jax.lax.scan(body, carry, xs)
+            (loss, grads, metrics), _ = jax.lax.scan(body, carry, xs)
         grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
-        return loss, grads, count.astype(jnp.int32)
+        return loss, grads, count.astype(jnp.int32), {k: v / denom for k, v in metrics.items()}
 
     return grad_fn
 
@@ -173,21 +213,26 @@ def make_train_step(
     schedule=None,
     dropout: bool | None = None,
     token_loss=cross_entropy,
+    objective: Objective | None = None,
+    forward: Forward | None = None,
 ):
-    """Build `train_step(state, batch, rng) -> (state, metrics)`, a pure function to jit.
+    """Build `train_step(state, batch, rng, frozen=None) -> (state, metrics)`, a pure function to jit.
 
     - `batch`: dict with `x`, `y` (int token ids) and `padding_mask` (bool, True = token
       counts), each [accum_steps * micro, T] or [accum_steps, micro, T]
-      (see `split_micro_batches`).
+      (see `split_micro_batches`); a packed batch's `segment_ids` and `positions` reach the model too.
     - `rng`: the run's base key; step k uses `jax.random.fold_in(rng, k)` (then folded
       with the micro-batch index) for dropout.
+    - `frozen`: a tree the forward and objective read beside the params (a frozen base, a
+      reference copy); no gradient, no optimizer state. None for pretraining.
     - gradients are accumulated over micro-batches with `jax.lax.scan` (`make_grad_fn`);
       loss and gradient equal those of one big batch.
-    - `metrics`: `loss` (mean masked token loss), `grad_norm` (global norm before
-      clipping), `tokens` (number of masked-in tokens), and `lr` = schedule(step) when a
-      schedule is given (the rate this update used).
+    - `metrics`: `loss` (the objective's mean), `grad_norm` (global norm before
+      clipping), `tokens` (the objective's count: masked-in tokens), `lr` = schedule(step) when a
+      schedule is given (the rate this update used), and the objective's own metrics by name.
     - `dropout`: run the model with dropout; None means "when model.config.dropout > 0".
-    - `token_loss(logits, y) -> [B, T]`: the per-token loss (default cross-entropy).
+    - `objective`, `forward` (`theseus.train.objective`): default the masked mean of
+      `token_loss(logits, y) -> [B, T]` (default cross-entropy) over ``model.apply``.
 
     Jit it with the state donated: `jax.jit(train_step, donate_argnums=0)`.
 
@@ -201,18 +246,19 @@ def make_train_step(
     >>> float(m["loss"]) > 0
     True
     """
-    grad_fn = make_grad_fn(model, accum_steps, dropout=dropout, token_loss=token_loss)
+    grad_fn = accumulated_grads(model, accum_steps, dropout=dropout, token_loss=token_loss, objective=objective,
+                                forward=forward)
 
-    def train_step(state, batch, rng):
+    def train_step(state, batch, rng, frozen=None):
         params = state["params"]
-        loss, grads, tokens = grad_fn(params, batch, jax.random.fold_in(rng, state["step"]))
+        loss, grads, tokens, extra = grad_fn(params, batch, jax.random.fold_in(rng, state["step"]), frozen)
         updates, opt_state = optimizer.update(grads, state["opt_state"], params)
         new_state = {
             "params": optax.apply_updates(params, updates),
             "opt_state": opt_state,
             "step": state["step"] + 1,
         }
-        metrics = {"loss": loss, "grad_norm": global_norm(grads), "tokens": tokens}
+        metrics = {"loss": loss, "grad_norm": global_norm(grads), "tokens": tokens, **extra}
         if schedule is not None:
             metrics["lr"] = jnp.asarray(schedule(state["step"]), jnp.float32)
         return new_state, metrics
@@ -220,13 +266,14 @@ def make_train_step(
     return train_step
 
 
-def make_eval_step(model: nn.Module, *, token_loss=cross_entropy):
-    """Build `eval_step(params, batch) -> {"loss", "tokens"}`: mean masked loss, no dropout.
+def make_eval_step(model: nn.Module, *, token_loss=cross_entropy, objective: Objective | None = None,
+                   forward: Forward | None = None):
+    """Build `eval_step(params, batch, frozen=None) -> {"loss", "tokens"}`: the objective's mean, no dropout.
 
     `batch` is like train_step's ([rows, T] or [accum, micro, T], flattened here).
-    `tokens` is the mask count, to weight a mean over several eval batches.
-    `token_loss(logits, y) -> [B, T]`: the per-token loss, the train step's (default
-    cross-entropy), so a validation loss measures what training minimises.
+    `tokens` is the objective's count (the mask count), to weight a mean over several eval batches.
+    `objective`, `forward`: the train step's (default: the masked mean of `token_loss(logits, y) -> [B, T]`,
+    default cross-entropy), so a validation loss measures what training minimises.
 
     >>> import jax, jax.numpy as jnp
     >>> from theseus.model import GPT, GPTConfig
@@ -237,15 +284,14 @@ def make_eval_step(model: nn.Module, *, token_loss=cross_entropy):
     >>> int(jax.jit(make_eval_step(model))(params, batch)["tokens"])
     16
     """
+    objective = TokenObjective(token_loss) if objective is None else objective
+    forward = model_forward(model) if forward is None else forward
 
-    def eval_step(params, batch):
-        _check_batch(batch)
-        x, y, mask = (jnp.asarray(batch[k]) for k in BATCH_KEYS)
-        x, y, mask = (a.reshape(-1, a.shape[-1]) for a in (x, y, mask))
-        mask = mask.astype(jnp.float32)
-        logits = model.apply({"params": params}, x, deterministic=True)
-        count = jnp.sum(mask)
-        loss = jnp.sum(token_loss(logits, y) * mask) / jnp.maximum(count, 1.0)
-        return {"loss": loss, "tokens": count.astype(jnp.int32)}
+    def eval_step(params, batch, frozen=None):
+        flat = {k: jnp.asarray(batch[k]) for k in step_keys(batch)}
+        flat = {k: a.reshape(-1, a.shape[-1]) for k, a in flat.items()}
+        count = objective.count(flat)
+        loss_sum, _ = objective(forward, params, frozen, flat, None)
+        return {"loss": loss_sum / jnp.maximum(count, 1.0), "tokens": count.astype(jnp.int32)}
 
     return eval_step
