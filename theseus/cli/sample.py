@@ -4,6 +4,7 @@
 
     theseus sample ROOT NONCE "The meaning of" -n 3 --temperature 0.8 --top-k 200
     theseus sample ROOT NODE_ID "1+2=" --temperature 0        # greedy
+    theseus sample ROOT NONCE "What is 1+2?" --chat            # as a user's message, in the chat template
 
 A nonce means that run's last committed checkpoint. Each sample is printed whole
 (prompt and continuation), one after another under a ``--- sample i`` line. Bad input
@@ -39,6 +40,8 @@ def sample(
     top_p: Annotated[float, typer.Option("--top-p", help="Draw from the smallest set of probability p (1: all)")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed of the draws, 0..2**32-1: the same seed, the same text")] = 0,
     stop: Annotated[list[str] | None, typer.Option("--stop", help="End a sample at this string; repeatable")] = None,
+    chat: Annotated[bool, typer.Option("--chat", help="PROMPT is a user's message: render it with the tokenizer's "
+                                                      "chat template and sample the assistant's answer")] = False,
     log_level: Annotated[str, typer.Option("--log-level", help="loguru level of the trainer's log")] = "WARNING",
 ) -> None:
     """Print N samples continuing PROMPT from the checkpoint of NODE_ID, or of a run's last one (its NONCE).
@@ -61,7 +64,7 @@ def sample(
     log_to_stderr(log_level)
     try:
         node, samples = run_sample(root, target, prompt, n, max_new_tokens=max_new_tokens, temperature=temperature,
-                                   top_k=top_k, top_p=top_p, seed=seed, stop=stop)
+                                   top_k=top_k, top_p=top_p, seed=seed, stop=stop, chat=chat)
     except EmptyResult as e:
         fail(str(e), 2)
     except (*ROOT_ERRORS, MemoryError) as e:

@@ -17,6 +17,7 @@ from typing import Any
 
 import jax
 
+from theseus.data.chat import chat_prompt, load_template
 from theseus.errors import BadInput
 from theseus.replay.restore import checkpoint_for, restored_trainer
 from theseus.store import Node, Store
@@ -32,13 +33,15 @@ MAX_SAMPLES = 1024
 
 def sample(store: Store | str, target: str | Node, prompt: str, n: int = 1, *, max_new_tokens: int | None = None,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-           stop: str | Sequence[str] | None = None, log: Any = None) -> tuple[Node, list[Sample]]:
+           stop: str | Sequence[str] | None = None, chat: bool = False, log: Any = None) -> tuple[Node, list[Sample]]:
     """``n`` samples continuing ``prompt`` from the checkpoint of ``target`` (node id or nonce) and that node.
 
     ``max_new_tokens`` None: `DEFAULT_NEW_TOKENS`, or as many as the model's block size leaves
     after the prompt. Sample i draws with the keys of (``seed``, i). ``n`` is at most `MAX_SAMPLES`;
     a batch too large for the device's memory all the same is a MemoryError naming ``n`` and
-    ``max_new_tokens``.
+    ``max_new_tokens``. ``chat``: ``prompt`` is a user's message, rendered with the tokenizer's chat
+    template (`theseus.data.chat.chat_prompt`) to ask for the assistant's answer, which ends at the
+    template's end-of-turn marker.
 
     >>> import tempfile
     >>> sample(tempfile.mkdtemp(), "abc123", "")
@@ -55,6 +58,9 @@ def sample(store: Store | str, target: str | Node, prompt: str, n: int = 1, *, m
     node, _ = checkpoint_for(store, target)
     trainer = restored_trainer(store, node, log=log)
     try:
+        if chat:
+            prompt, markers = chat_prompt(load_template(trainer.tokenizer), prompt)
+            stop = [*([stop] if isinstance(stop, str) else stop or []), *markers]
         if max_new_tokens is None:
             room = trainer.block_size - len(trainer.tokenizer.encode(prompt))
             max_new_tokens = min(DEFAULT_NEW_TOKENS, room) if room > 0 else DEFAULT_NEW_TOKENS  # none left: its error

@@ -45,7 +45,7 @@ PART_MODULES: list[str] = ["theseus.train.models", "theseus.train.optimizers", "
                            "theseus.train.losses", "theseus.train.evaluations", "theseus.train.analyses.attention",
                            "theseus.train.analyses.norms", "theseus.train.analyses.logit_lens",
                            "theseus.train.evals.exact_match", "theseus.train.evals.text", "theseus.train.evals.choice",
-                           "theseus.train.evals.public"]
+                           "theseus.train.evals.public", "theseus.train.sft"]
 
 _LOADED: set[str] = set()
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")

@@ -1,0 +1,115 @@
+"""SFT end to end on a tiny imported model: import -> tokenize chat -> llama/train/sft; the masked loss falls and the
+greedy answer to a training prompt moves to its target; `theseus sample --chat` renders the prompt in the template."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import yaml
+
+from theseus.data.chat import chat_prompt, load_template
+from theseus.errors import BadInput
+from theseus.quick import quick
+from theseus.store import Store
+
+QA = [("Who jumps?", "The quick brown fox."), ("What does add return?", "return a + b"),
+      ("Where is the dog?", "The lazy dog is over there."), ("What is imported?", "import os")]
+CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    """A tiny random Llama with a ChatML template and its special tokens, imported into a root."""
+    import transformers
+
+    from tests.hf._folders import tiny_folder
+    from theseus.hf.importer import import_hf
+
+    tmp = tmp_path_factory.mktemp("sft")
+    folder = tmp / "hf"
+    tiny_folder(str(folder), "llama")
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"), eos_token="<|im_end|>",
+                                                additional_special_tokens=["<|im_start|>"])
+    fast.chat_template = CHATML
+    fast.save_pretrained(str(folder))
+    root = str(tmp / "root")
+    node = import_hf(str(folder), root)
+    tokenizer = yaml.safe_load(Store(root).record(node)["_config"])["tokenizer"]
+    corpus = tmp / "chat.jsonl"
+    corpus.write_text("".join(json.dumps({"messages": [{"role": "user", "content": q}, {"role": "assistant",
+                                                                                           "content": a}]}) + "\n"
+                              for _ in range(8) for q, a in QA))
+    with quick(root) as q:
+        q.build("data/tokenize/chat", "tokenize-chat")
+        q.config.tokenizer.backend, q.config.tokenizer.name = tokenizer["backend"], tokenizer["name"]
+        q.config.data.chat.paths = [str(corpus)]
+        q.config.data.block_size, q.config.data.val_pct = 64, 0.25
+        q.create()()
+    return root, node
+
+
+def _answer_logprob(root, node, question: str, answer: str) -> tuple[float, str]:
+    """The log-probability the checkpoint of ``node`` gives ``answer`` (and its end of turn) after the chat prompt
+    of ``question``, and its greedy answer."""
+    from theseus.replay.restore import restored_trainer
+
+    trainer = restored_trainer(root, node)
+    try:
+        tok = trainer.tokenizer
+        prompt, stops = chat_prompt(load_template(tok), question)
+        ids, target = tok.encode(prompt), tok.encode(answer + stops[0])
+        x = jnp.asarray([ids + target[:-1]], jnp.int32)
+        logp = jax.nn.log_softmax(trainer.model.apply({"params": trainer.params}, x).astype(jnp.float32), -1)
+        total = float(sum(logp[0, len(ids) - 1 + i, t] for i, t in enumerate(target)))
+        [sample] = trainer.generate(prompt, max_new_tokens=len(target), temperature=0.0, stop=stops)
+        return total, sample.text
+    finally:
+        trainer.close()
+
+
+@pytest.mark.slow
+def test_sft_lowers_the_masked_loss_and_moves_the_greedy_answer_to_its_target(imported):
+    from theseus.replay.sample import sample
+
+    root, node = imported
+    with quick(root) as q:
+        q.build("llama/train/sft", "sft")
+        q.config.training.init_from = node.nonce
+        q.config.data.dataset = "chat"
+        q.config.training.batch_size = q.config.training.per_device_batch_size = 8
+        q.config.training.steps, q.config.training.validation_steps = 40, 2
+        q.config.optimization.lr = 1e-2  # a random tiny model learns its answers in a few dozen steps
+        q.config.logging.report_interval = 1
+        q.config.logging.validation_interval = q.config.logging.checkpoint_interval = 40
+        last = q.create()()
+    store = Store(root)
+    losses = [r["train/loss"] for r in store.find().nonce(last.nonce).has("train/loss").select(keys=["train/loss"])]
+    record = store.record(last)
+    assert losses[-1] < 0.3 * losses[0] and record["eval/chat-val/loss"] < 0.5 * losses[0]
+    question, answer = QA[0]
+    before, before_text = _answer_logprob(root, node, question, answer)
+    after, after_text = _answer_logprob(root, last, question, answer)
+    assert after > before + 10 and after_text == answer != before_text
+    _, [chat] = sample(root, last.nonce, question, chat=True, temperature=0.0)
+    assert chat.prompt == f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n" and chat.text == answer
+
+
+def test_sft_without_init_from_is_refused(imported):
+    root, _ = imported
+    with quick(root) as q:
+        q.build("llama/train/sft", "no-source")
+        q.config.data.dataset = "chat"
+        with pytest.raises(BadInput, match="set training.init_from"):
+            q.create()
+    assert Store(root).find().name("general.default.no-source").all() == []
+    assert np.isclose(float(q.config.optimization.lr), 2e-5)
+
+
+def test_sft_module_examples_run_and_cover_its_public_names():
+    from tests.docstrings import examples_fail, names_without_examples
+
+    failed, attempted = examples_fail("theseus.train.sft")
+    assert attempted > 0 and failed == 0 and names_without_examples("theseus.train.sft") == []
