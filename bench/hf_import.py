@@ -10,8 +10,9 @@ each in its own subprocess (``--repeats`` times, interleaved, medians reported):
 2. export: ``theseus.hf.exporter.export_hf(root, nonce, out, "bf16")`` against ``model.save_pretrained(out)``
    (the model loaded untimed first).
 
-Time is the operation's, after the process's imports (torch, JAX); wall is the whole subprocess. Peak RSS is
-the subprocess's maximum resident set (``/usr/bin/time``). Goals: import <= 1x transformers' time with peak RSS <=
+Time is the operation's, after the process's imports (torch, JAX and TensorStore), and CPU its CPU seconds (every
+thread's, user and system); wall is the whole subprocess. Peak RSS is the subprocess's maximum resident set
+(``/usr/bin/time``). Goals: import <= 1x transformers' time with peak RSS <=
 1.5x the file size; export <= 1x save_pretrained.
 
     uv run --group hf python bench/hf_import.py [--repeats 3] [--layers 24] [--readme]
@@ -36,29 +37,39 @@ SHAPES = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num
 # each child prints one JSON line: its operation's seconds and its peak RSS
 CHILD = {
     "theseus import": """
+import jax, tensorstore
 from theseus.hf.importer import import_hf
-t0 = time.perf_counter(); node = import_hf(FOLDER, WORK + "/root", name="bench"); seconds = time.perf_counter() - t0
+t0, c0 = time.perf_counter(), cpu()
+node = import_hf(FOLDER, WORK + "/root", name="bench")
+seconds, cpu_seconds = time.perf_counter() - t0, cpu() - c0
 open(WORK + "/nonce", "w").write(node.nonce)
 """,
     "transformers from_pretrained": """
 import torch, transformers
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), cpu()
 model = transformers.AutoModelForCausalLM.from_pretrained(FOLDER, dtype=torch.bfloat16)
-seconds = time.perf_counter() - t0
+seconds, cpu_seconds = time.perf_counter() - t0, cpu() - c0
 """,
     "theseus export": """
+import jax, tensorstore
 from theseus.hf.exporter import export_hf
 nonce = open(WORK + "/nonce").read()
-t0 = time.perf_counter(); export_hf(WORK + "/root", nonce, WORK + "/out", "bf16"); seconds = time.perf_counter() - t0
+t0, c0 = time.perf_counter(), cpu()
+export_hf(WORK + "/root", nonce, WORK + "/out", "bf16")
+seconds, cpu_seconds = time.perf_counter() - t0, cpu() - c0
 """,
     "transformers save_pretrained": """
 import torch, transformers
 model = transformers.AutoModelForCausalLM.from_pretrained(FOLDER, dtype=torch.bfloat16)
-t0 = time.perf_counter(); model.save_pretrained(WORK + "/out"); seconds = time.perf_counter() - t0
+t0, c0 = time.perf_counter(), cpu()
+model.save_pretrained(WORK + "/out")
+seconds, cpu_seconds = time.perf_counter() - t0, cpu() - c0
 """,
 }
-PRELUDE = "import json, time\nFOLDER, WORK = {folder!r}, {work!r}\n"
-EPILOGUE = "\nprint(json.dumps({{'seconds': seconds}}))\n"
+# cpu(): the process's CPU seconds, every thread's (TensorStore's and torch's included)
+PRELUDE = ("import json, os, time\nFOLDER, WORK = {folder!r}, {work!r}\n"
+           "def cpu():\n    t = os.times()\n    return t.user + t.system\n")
+EPILOGUE = "\nprint(json.dumps({{'seconds': seconds, 'cpu': cpu_seconds}}))\n"
 
 
 def make_folder(folder: str, layers: int) -> int:
@@ -124,15 +135,15 @@ def main() -> None:
             results[name].append(measure(name, folder, work))
     rows = {}
     for name, runs in results.items():
-        rows[name] = {k: statistics.median(r[k] for r in runs) for k in ("seconds", "wall", "rss")}
+        rows[name] = {k: statistics.median(r[k] for r in runs) for k in ("seconds", "cpu", "wall", "rss")}
         r = rows[name]
-        print(f"{name:30s} {r['seconds']:7.2f} s  (wall {r['wall']:6.2f} s)  peak RSS {r['rss'] / 2**30:5.2f} GiB "
-              f"({r['rss'] / size:.2f}x the file)")
+        print(f"{name:30s} {r['seconds']:7.2f} s  (CPU {r['cpu']:6.2f} s, wall {r['wall']:6.2f} s)  peak RSS "
+              f"{r['rss'] / 2**30:5.2f} GiB ({r['rss'] / size:.2f}x the file)")
     for ours, theirs in (("theseus import", "transformers from_pretrained"),
                          ("theseus export", "transformers save_pretrained")):
         a, b = rows[ours], rows[theirs]
-        print(f"{ours} / {theirs}: time {a['seconds'] / b['seconds']:.2f}x, wall {a['wall'] / b['wall']:.2f}x, "
-              f"peak RSS {a['rss'] / b['rss']:.2f}x")
+        print(f"{ours} / {theirs}: time {a['seconds'] / b['seconds']:.2f}x, CPU {a['cpu'] / b['cpu']:.2f}x, "
+              f"wall {a['wall'] / b['wall']:.2f}x, peak RSS {a['rss'] / b['rss']:.2f}x")
 
 
 if __name__ == "__main__":

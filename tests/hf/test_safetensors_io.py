@@ -9,8 +9,8 @@ import os
 import numpy as np
 import pytest
 
-from theseus.hf import safetensors_io
 from theseus.hf.safetensors_io import SafetensorsFolder, write_folder
+from theseus.store import direct_io
 
 
 def _tensors() -> list[tuple[str, np.ndarray]]:
@@ -21,10 +21,10 @@ def _tensors() -> list[tuple[str, np.ndarray]]:
 
 @pytest.mark.parametrize("direct", [True, False])
 def test_a_written_file_holds_the_tensors_and_its_digest_is_of_its_bytes(tmp_path, monkeypatch, direct):
-    monkeypatch.setattr(safetensors_io, "_STAGING_BYTES", 2**20)  # several staging buffers per file
+    monkeypatch.setattr(direct_io, "STAGING_BYTES", 2**20)  # several staging buffers per file
     if not direct:  # a filesystem that refuses O_DIRECT: the writer goes through the page cache
         opened = os.open
-        monkeypatch.setattr(safetensors_io.os, "open", lambda path, flags, *a: (_ for _ in ()).throw(
+        monkeypatch.setattr(direct_io.os, "open", lambda path, flags, *a: (_ for _ in ()).throw(
             OSError(22, "Invalid argument")) if flags & getattr(os, "O_DIRECT", 0) else opened(path, flags, *a))
     digests: dict[str, str] = {}
     assert write_folder(str(tmp_path), _tensors(), digests=digests) == ["model.safetensors"]

@@ -8,6 +8,7 @@ import pytest
 MODULES = [
     "theseus.store.node",
     "theseus.store.fs",
+    "theseus.store.direct_io",
     "theseus.store.layout",
     "theseus.store.manifest",
     "theseus.store.schema",

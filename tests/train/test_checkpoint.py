@@ -194,6 +194,33 @@ def test_partial_restore_needs_a_value_for_what_it_cannot_restore(saved):
         ckpt.restore(saved, target, partial=True)
 
 
+def test_streamed_views_are_saved_as_their_contiguous_copies_and_read_back_checked(tmp_path):
+    import ml_dtypes
+    import numpy as np
+
+    from theseus.train import manifest as mf
+
+    matrix = np.random.default_rng(0).standard_normal((300, 70)).astype(ml_dtypes.bfloat16)
+    leaves = {"params/kernel": matrix.T, "params/bias": np.arange(5, dtype=np.float32)[::2], "step": np.int32(3)}
+    folders = {}
+    for kind, transform in (("views", lambda a: a), ("copies", np.ascontiguousarray)):
+        folders[kind] = str(tmp_path / kind)  # a scalar stays one (ascontiguousarray makes it 1-d)
+        ckpt.save_streamed(folders[kind], iter([(k, transform(v) if np.ndim(v) else v) for k, v in leaves.items()]))
+    files = [{e.path: e for e in read_manifest(folders[kind]).values()} for kind in folders]
+    assert [e.sha256 for e in files[0].values()] == [e.sha256 for e in files[1].values()]  # the same bytes
+    sealed = mf.Sealed(folders["views"])
+    entries = {e["path"]: e for e in ckpt.read_index(folders["views"])["leaves"]}
+    for name, value in leaves.items():
+        back = ckpt.read_leaf(sealed, entries[name])
+        assert back.dtype == value.dtype and back.tobytes() == np.ascontiguousarray(value).tobytes()
+    chunk = Path(folders["views"]) / "checkpoint/params/kernel/c/0/0"
+    raw = bytearray(chunk.read_bytes())
+    raw[100] ^= 1
+    chunk.write_bytes(bytes(raw))
+    with pytest.raises(mf.DamagedFolder, match="corrupt file"):
+        ckpt.read_leaf(mf.Sealed(folders["views"]), entries["params/kernel"])
+
+
 def test_docstring_examples_run():
     import doctest
 

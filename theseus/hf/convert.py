@@ -12,8 +12,9 @@ The contract:
   ``params``, "/"-joined) and the two exact transforms (transposes, and GPT-NeoX's fused head-major qkv
   split into q, k, v). Streaming readers and writers go tensor by tensor through it.
 - ``params_from_hf(cfg, read, names) -> iterator of (leaf, array)`` and ``params_to_hf(cfg, read, dtype) ->
-  iterator of (hf name, array)``: the maps applied one tensor at a time; ``load_params`` / ``dump_params``
-  do the same between whole dicts and a nested params tree.
+  iterator of (hf name, array)``: the maps applied one tensor at a time, a transposed tensor as a view (its
+  writer copies it in order block by block); ``load_params`` / ``dump_params`` do the same between whole
+  dicts (contiguous arrays) and a nested params tree.
 - Round trips are bit-exact: ``params_from_hf(params_to_hf(p)) == p`` for every leaf.
 
 >>> cfg = config_from_hf({"model_type": "llama", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 1,
@@ -236,9 +237,9 @@ def _same(hf: str, leaf: str, aliases: tuple[str, ...] = ()) -> TensorMap:
 
 
 def _linear(hf: str, leaf: str) -> TensorMap:
-    """A torch Linear weight [out, in] as a flax kernel [in, out]."""
-    return TensorMap(hf, (leaf,), lambda a: (np.ascontiguousarray(np.asarray(a).T),),
-                     lambda t: np.ascontiguousarray(np.asarray(t[0]).T))
+    """A torch Linear weight [out, in] as a flax kernel [in, out]: transposed views, copied in order only by whoever
+    writes them (a streaming writer copies a block at a time instead of a whole new matrix)."""
+    return TensorMap(hf, (leaf,), lambda a: (np.asarray(a).T,), lambda t: np.asarray(t[0]).T)
 
 
 def _fused_qkv(hf: str, prefix: str, cfg: DecoderConfig, bias: bool) -> TensorMap:
@@ -250,12 +251,12 @@ def _fused_qkv(hf: str, prefix: str, cfg: DecoderConfig, bias: bool) -> TensorMa
         array = np.asarray(array)
         heads = array.reshape(H, 3, D, *array.shape[1:])
         parts = [heads[:, j].reshape(H * D, *array.shape[1:]) for j in range(3)]
-        return tuple(np.ascontiguousarray(p if bias else p.T) for p in parts)
+        return tuple(p if bias else p.T for p in parts)  # views, as _linear's
 
     def join(parts: tuple[np.ndarray, ...]) -> np.ndarray:
         rows = [np.asarray(p if bias else np.asarray(p).T).reshape(H, D, -1) for p in parts]
         fused = np.stack(rows, axis=1)  # [H, 3, D, in]
-        return np.ascontiguousarray(fused.reshape(3 * H * D) if bias else fused.reshape(3 * H * D, -1))
+        return fused.reshape(3 * H * D) if bias else fused.reshape(3 * H * D, -1)
 
     return TensorMap(hf, leaves, split, join)
 
@@ -376,7 +377,7 @@ def load_params(cfg: DecoderConfig | Mapping[str, Any], tensors: Mapping[str, An
         node = tree
         for key in parents:
             node = node.setdefault(key, {})
-        node[last] = array
+        node[last] = np.ascontiguousarray(array)  # a whole model in memory: plain arrays, not views of ``tensors``
     return tree
 
 
@@ -398,4 +399,4 @@ def dump_params(cfg: DecoderConfig | Mapping[str, Any], params: Mapping[str, Any
             node = node[key]
         return np.asarray(node)
 
-    return dict(params_to_hf(cfg, read, dtype))
+    return {name: np.ascontiguousarray(array) for name, array in params_to_hf(cfg, read, dtype)}  # as safetensors wants

@@ -21,7 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import ml_dtypes
@@ -32,7 +34,7 @@ from theseus.errors import BadInput
 from theseus.hf import gpt
 from theseus.hf.layout import DTYPES, GENERATION_FILE, TOKENIZER_FILES, TOKENIZER_FOLDER
 from theseus.hf.safetensors_io import SHARD_BYTES, write_folder
-from theseus.store import Node, Store
+from theseus.store import Node, Store, direct_io
 
 _NUMPY = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16), "float32": np.dtype(np.float32)}
 
@@ -57,14 +59,63 @@ def _check_out(out: str) -> None:
         raise BadInput(f"{out} exists and is not an empty folder: an export never overwrites files")
 
 
-def _params(folder: str, sealed: Any) -> Callable[[str], np.ndarray | None]:
-    """``read(leaf)``: a ``params/`` leaf of the checkpoint in ``folder`` by its path under params/ (None: no such
-    leaf), read on demand as a host array and checked against its MANIFEST as it is read (one leaf at a time)."""
-    from theseus.train import checkpoint as ckpt  # lazily: TensorStore reads the checkpoint
+#: the bytes of checkpoint leaves an export reads ahead of the conversion, on this many threads
+READ_AHEAD_BYTES = 2**28
+READ_AHEAD_THREADS = 4
 
-    entries = {leaf["path"].split("/", 1)[1]: leaf for leaf in ckpt.read_index(folder)["leaves"]
-               if leaf["path"].startswith("params/")}
-    return lambda leaf: ckpt.read_leaf(sealed, entries[leaf]) if leaf in entries else None
+
+def _natural(name: str) -> list:
+    """A sort key that puts ``blocks_2`` before ``blocks_10``.
+
+    >>> _natural("blocks_10/a") > _natural("blocks_2/b")
+    True
+    """
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)]
+
+
+class _Params:
+    """``read(leaf)``: a ``params/`` leaf of the checkpoint in ``folder`` by its path under params/ (None: no such
+    leaf), as a host array checked against its MANIFEST as it is read. The leaves after it in name order (the order
+    a converter asks for them, layer by layer) are read meanwhile on threads, at most `READ_AHEAD_BYTES` of them,
+    so the disk reads while the converter converts and hashes. A context manager: its threads end with it."""
+
+    def __init__(self, folder: str, sealed: Any):
+        from theseus.train import checkpoint as ckpt  # lazily: TensorStore reads the checkpoint
+
+        self.entries = {leaf["path"].split("/", 1)[1]: leaf for leaf in ckpt.read_index(folder)["leaves"]
+                        if leaf["path"].startswith("params/")}
+        self.read_one = lambda leaf: ckpt.read_leaf(sealed, self.entries[leaf])
+        self.order = sorted(self.entries, key=_natural)
+        self.position = {leaf: k for k, leaf in enumerate(self.order)}
+        self.ahead: dict[str, Future] = {}
+        self.asked: set[str] = set()
+        self.pool = ThreadPoolExecutor(READ_AHEAD_THREADS)
+
+    def _bytes(self, leaf: str) -> int:
+        entry = self.entries[leaf]
+        return int(np.prod(entry["shape"], dtype=np.int64)) * np.dtype(entry["dtype"]).itemsize
+
+    def __call__(self, leaf: str) -> np.ndarray | None:
+        if leaf not in self.entries:
+            return None
+        self.asked.add(leaf)
+        future = self.ahead.pop(leaf, None)
+        held = sum(self._bytes(other) for other in self.ahead)
+        for other in self.order[self.position[leaf] + 1:]:
+            if held >= READ_AHEAD_BYTES:
+                break
+            if other not in self.ahead and other not in self.asked:
+                self.ahead[other] = self.pool.submit(self.read_one, other)
+                held += self._bytes(other)
+        return future.result() if future is not None else self.read_one(leaf)
+
+    def __enter__(self) -> _Params:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for future in self.ahead.values():
+            future.cancel()
+        self.pool.shutdown(wait=True)
 
 
 def _architecture_family(store: Store, node: Node) -> str:
@@ -133,11 +184,6 @@ def _eot(section: dict, root: str) -> int | None:
         return None
 
 
-def _write_json(path: str, body: dict) -> None:
-    with open(path, "w") as f:
-        json.dump(body, f, indent=2)
-
-
 def export_hf(root: str | Store, target: str | Node, out: str, dtype: str = "bf16") -> dict[str, Any]:
     """Write the checkpoint of ``target`` (node id, Node, or nonce: that run's last checkpoint) as a Hugging Face
     folder ``out`` (new or empty) in ``dtype``; record the export on the node and return what was recorded.
@@ -167,27 +213,20 @@ def export_hf(root: str | Store, target: str | Node, out: str, dtype: str = "bf1
     eos = generation.get("eos_token_id")
     hf_config = config_to_hf(eos_token_id=_eot(config.get("tokenizer") or {}, store.root) if eos is None else eos,
                              bos_token_id=generation.get("bos_token_id"))
-    read = _params(folder, sealed)
     os.makedirs(out, exist_ok=True)
     target = _NUMPY[dtype]
-    cast = ((name, a if a.dtype == target else a.astype(target)) for name, a in params_to_hf(read, None))
     files: dict[str, str] = {}  # each file's sha256: the safetensors' hashed as they are written
-    written = write_folder(out, cast, SHARD_BYTES, digests=files)  # cast only what differs: astype copies
-    _write_json(os.path.join(out, "config.json"), {**hf_config, "torch_dtype": dtype})
-    _write_json(os.path.join(out, "generation_config.json"),
-                {k: v for k, v in {**generation, "bos_token_id": hf_config["bos_token_id"],
-                                   "eos_token_id": hf_config["eos_token_id"]}.items() if v is not None})
-    written += ["config.json", "generation_config.json"]
-    for name, body in sorted(tokenizer.items()):
-        with open(os.path.join(out, name), "wb") as f:
-            f.write(body)
-        written.append(name)
-    for rel in sorted(set(written) - set(files)):
-        digest = hashlib.sha256()
-        with open(os.path.join(out, rel), "rb") as f:
-            for block in iter(lambda: f.read(2**24), b""):
-                digest.update(block)
-        files[rel] = digest.hexdigest()
+    with _Params(folder, sealed) as read:
+        cast = ((name, a if a.dtype == target else a.astype(target)) for name, a in params_to_hf(read, None))
+        written = write_folder(out, cast, SHARD_BYTES, digests=files)
+    generation = {k: v for k, v in {**generation, "bos_token_id": hf_config["bos_token_id"],
+                                    "eos_token_id": hf_config["eos_token_id"]}.items() if v is not None}
+    small = {"config.json": json.dumps({**hf_config, "torch_dtype": dtype}, indent=2).encode(),
+             "generation_config.json": json.dumps(generation, indent=2).encode(), **dict(sorted(tokenizer.items()))}
+    for name, body in small.items():  # synced and hashed as written, as the safetensors: durable before the record
+        files[name] = direct_io.write_file(os.path.join(out, name), [body])[1]
+    written += list(small)
+    direct_io.sync_folders(os.path.dirname(out), [os.path.join(out, name) for name in written])
     listing = json.dumps(files, sort_keys=True)
     record = {"export/hf/path": out, "export/hf/dtype": dtype,
               "export/hf/sha256": hashlib.sha256(listing.encode()).hexdigest(), "export/hf/files": listing}

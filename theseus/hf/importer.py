@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -43,12 +44,21 @@ from theseus.store import Node, Store
 PARAM_DTYPES = ("float32", "bfloat16", "float16")
 
 
+#: a source file is hashed through a mapped window of this many bytes at a time
+_HASH_WINDOW = 2**26
+
+
 def _hash(path: str) -> dict:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(2**24), b""):
-            digest.update(block)
-    return {"size": os.path.getsize(path), "sha256": digest.hexdigest()}
+        size = os.fstat(f.fileno()).st_size
+        # from the mapped pages the conversion reads too, a window at a time: no copy of the file, and no more of
+        # it resident for the hash than one window
+        for offset in range(0, size, _HASH_WINDOW):
+            with mmap.mmap(f.fileno(), min(_HASH_WINDOW, size - offset), access=mmap.ACCESS_READ,
+                           offset=offset) as window:
+                digest.update(window)
+    return {"size": size, "sha256": digest.hexdigest()}
 
 
 def model_of(hf_config: dict) -> tuple[str, dict[str, Any], Callable[..., Iterator[tuple[str, np.ndarray]]]]:

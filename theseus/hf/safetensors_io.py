@@ -16,18 +16,16 @@ pickles is refused.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import mmap
 import os
 import struct
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import ml_dtypes
 import numpy as np
 
 from theseus.errors import BadInput, CorruptData, UnknownName
+from theseus.store import direct_io
 
 #: the single file of an unsharded folder, and the index of a sharded one
 SINGLE = "model.safetensors"
@@ -43,10 +41,6 @@ _NAMES = {dtype: name for name, dtype in DTYPES.items()}
 MAX_HEADER = 100 * 2**20
 #: a sharded folder's shards hold at most this many bytes of tensors each, by default
 SHARD_BYTES = 5 * 2**30
-#: direct writes go through a staging buffer of this size, in whole blocks of this alignment
-_STAGING_BYTES = 2**24
-_DIRECT_ALIGN = 4096
-
 
 class NotSafetensors(CorruptData):
     """A folder or file that is not safetensors: pickled ``.bin`` weights, a bad header, a missing shard.
@@ -175,59 +169,10 @@ class SafetensorsFolder:
             yield name, self.read(name)
 
 
-def _sha256(blocks: list[memoryview]) -> str:
-    digest = hashlib.sha256()
-    for block in blocks:
-        digest.update(block)
-    return digest.hexdigest()
-
-
-def _write_direct(path: str, blocks: list[memoryview]) -> bool:
-    """Write ``blocks`` as the new file ``path``, synced, bypassing the page cache (``O_DIRECT``, through an aligned
-    staging buffer; the last block zero-padded, then the file cut to its size): a file this large is not read back
-    soon, and the cache's pages cost more to fill than the disk takes. False, nothing left behind, where the
-    platform or filesystem refuses it (the caller then writes through the cache)."""
-    flag = getattr(os, "O_DIRECT", 0)
-    if not flag:
-        return False
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flag, 0o644)
-    except OSError:
-        return False
-    staging = mmap.mmap(-1, _STAGING_BYTES)  # anonymous memory is page aligned, as O_DIRECT needs
-    buffer = np.frombuffer(staging, dtype=np.uint8)
-    held = total = 0
-    try:
-        for block in blocks:
-            data = np.frombuffer(block, dtype=np.uint8)
-            total += data.size
-            while data.size:
-                n = min(data.size, buffer.size - held)
-                buffer[held:held + n] = data[:n]
-                held, data = held + n, data[n:]
-                if held == buffer.size:
-                    os.write(fd, staging)
-                    held = 0
-        if held:
-            padded = -(-held // _DIRECT_ALIGN) * _DIRECT_ALIGN
-            buffer[held:padded] = 0
-            os.write(fd, memoryview(staging)[:padded])
-            os.ftruncate(fd, total)
-        os.fsync(fd)
-    except OSError:
-        os.close(fd)
-        os.remove(path)
-        return False
-    finally:
-        del buffer
-        staging.close()
-    os.close(fd)
-    return True
-
-
 def _write_file(path: str, tensors: list[tuple[str, np.ndarray]], metadata: dict[str, str]) -> str:
-    """One safetensors file of ``tensors``, written under a temporary name and then renamed; the sha256 of its
-    bytes, hashed as they are written (no second read)."""
+    """One safetensors file of ``tensors`` (any layout: a transposed view is copied in order a block at a time),
+    synced and renamed into place (`theseus.store.direct_io`); the sha256 of its bytes, hashed as they are written
+    (no second read)."""
     header: dict = {"__metadata__": metadata} if metadata else {}
     offset = 0
     for name, array in tensors:
@@ -237,21 +182,7 @@ def _write_file(path: str, tensors: list[tuple[str, np.ndarray]], metadata: dict
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as the reference writer does
-    temporary = f"{path}.tmp-{os.getpid()}"
-    # as bytes: bfloat16 has no buffer format
-    blocks = [memoryview(struct.pack("<Q", len(raw)) + raw),
-              *(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data for _, a in tensors)]
-    with ThreadPoolExecutor(1) as pool:  # hashed on another thread while written (hashlib releases the GIL)
-        hashed = pool.submit(_sha256, blocks)
-        if not _write_direct(temporary, blocks):
-            with open(temporary, "wb") as f:
-                for block in blocks:
-                    f.write(block)
-                f.flush()
-                os.fsync(f.fileno())
-        digest = hashed.result()
-    os.replace(temporary, path)
-    return digest
+    return direct_io.write_file(path, [struct.pack("<Q", len(raw)) + raw, *(a for _, a in tensors)])[1]
 
 
 def write_folder(folder: str, tensors: Iterable[tuple[str, np.ndarray]], shard_bytes: int = SHARD_BYTES,
@@ -285,6 +216,7 @@ def write_folder(folder: str, tensors: Iterable[tuple[str, np.ndarray]], shard_b
     digests = {} if digests is None else digests
     if len(shards) == 1:
         digests[SINGLE] = _write_file(os.path.join(folder, SINGLE), shards[0], metadata)
+        direct_io.sync_folders(folder, [os.path.join(folder, SINGLE)])
         return [SINGLE]
     files, weight_map = [], {}
     for k, shard in enumerate(shards, 1):
@@ -292,6 +224,7 @@ def write_folder(folder: str, tensors: Iterable[tuple[str, np.ndarray]], shard_b
         digests[rel] = _write_file(os.path.join(folder, rel), shard, metadata)
         files.append(rel)
         weight_map.update({name: rel for name, _ in shard})
-    with open(os.path.join(folder, INDEX), "w") as f:
-        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    index = json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2).encode()
+    digests[INDEX] = direct_io.write_file(os.path.join(folder, INDEX), [index])[1]
+    direct_io.sync_folders(folder, [os.path.join(folder, INDEX)])
     return [*files, INDEX]

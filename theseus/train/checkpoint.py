@@ -39,6 +39,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import re
 import sys
 import threading
@@ -52,6 +53,7 @@ import tensorstore as ts
 from jax.experimental import multihost_utils
 
 from theseus.errors import BadInput, MissingFile
+from theseus.store import direct_io
 from theseus.store import fs as rootfs
 from theseus.store.layout import ANALYSIS, JOB_FILE, MANIFEST
 from theseus.train import manifest as mf
@@ -223,6 +225,17 @@ def _shard_entry(plan: _LeafPlan, bounds: tuple, data: np.ndarray) -> mf.FileEnt
     raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     start = tuple(b[0] for b in bounds)
     return mf.FileEntry.of_bytes(_chunk_file(plan.name, start, plan.chunk), raw)
+
+
+def _write_chunk(folder: str, plan: _LeafPlan, data: np.ndarray) -> list[mf.FileEntry]:
+    """Write the one chunk of a leaf's array in the local ``folder`` as TensorStore would (the ``bytes`` codec
+    stores exactly the array's bytes in C order), synced, around the page cache and hashed as written
+    (`theseus.store.direct_io`); its manifest entry."""
+    rel = _chunk_file(plan.name, tuple(0 for _ in plan.shape), plan.chunk)
+    path = os.path.join(folder, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    size, digest = direct_io.write_file(path, [data])
+    return [mf.FileEntry(rel, size, digest)]
 
 
 def _write_arrays(folder: str, plans: list[_LeafPlan], is_main: bool) -> list[mf.FileEntry]:
@@ -456,17 +469,17 @@ def save_streamed(folder: str, leaves: Iterable[tuple[str, np.ndarray]],
         raise BadInput(f"{folder} already holds a committed checkpoint")
     rootfs.remove_tree_except(folder, ANALYSIS)  # an interrupted save's garbage, as Checkpointer.save clears it
     context = ts.Context()
-    plans, entries, tree = [], [], {}
-    # leaves being written and hashed, oldest first: (write, hash, bytes); the disk works on several (their syncs
-    # overlap) while this process converts the next, and the bytes held for them stay bounded
+    local = rootfs.local_path(folder) if rootfs.is_local(folder) and sys.byteorder == "little" else None
+    plans, entries, tree, chunks = [], [], {}, []
+    # leaves being written and hashed, oldest first: (TensorStore write, hash or direct write, bytes); the disk
+    # works on several (their syncs overlap) while this process converts the next, and the bytes held stay bounded
     pending: collections.deque[tuple[Any, Any, int]] = collections.deque()
-    hashing = ThreadPoolExecutor(_STREAM_THREADS)  # hashlib releases the GIL on large buffers
+    hashing = ThreadPoolExecutor(_STREAM_THREADS)  # hashlib and os.write release the GIL
 
     def settle(held: int, keep: int) -> None:  # wait for the oldest until at most ``held`` bytes or ``keep`` leaves
         while len(pending) > keep and sum(n for _, _, n in pending) > held:
             written, hashed, _ = pending.popleft()
-            if written is not None:
-                written.result()
+            written.result()
             entries.extend(hashed.result())
 
     try:
@@ -475,7 +488,8 @@ def save_streamed(folder: str, leaves: Iterable[tuple[str, np.ndarray]],
             if not parts or any(p in ("", ".", "..") or "\\" in p for p in parts) or _RESERVED.fullmatch(name):
                 raise BadInput(f"leaf name {name!r} cannot be a folder of a checkpoint")
             data = np.asarray(leaf)  # a scalar stays one (ascontiguousarray makes it 1-d), as save stores it
-            data = data if data.flags.c_contiguous else np.ascontiguousarray(data)
+            direct = local is not None and data.size and data.dtype.isnative  # any layout: written in C order
+            data = data if direct or data.flags.c_contiguous else np.ascontiguousarray(data)
             chunk = tuple(max(d, 1) for d in data.shape)
             full = tuple((0, d) for d in data.shape)
             plan = _LeafPlan(name, [["dict", p] for p in parts], tuple(data.shape), data.dtype, chunk, [])
@@ -486,23 +500,28 @@ def save_streamed(folder: str, leaves: Iterable[tuple[str, np.ndarray]],
                 raise BadInput(f"leaf name {name!r} is used twice or is inside another leaf")
             node[parts[-1]] = 0
             spec = _zarr_spec(folder, name, plan.shape, plan.dtype, chunk)
-            store = ts.open(spec, create=True, context=context).result()
-            # the leaf is never changed once given, so TensorStore writes it without a copy of its own
-            written = store.write(data, can_reference_source_data_indefinitely=True) if data.size else None
-            shards = [(full, data)] if data.size else []
-            hashed = hashing.submit(lambda plan=plan, shards=shards: [_shard_entry(plan, b, a) for b, a in shards])
+            written = ts.open(spec, create=True, context=context)  # writes the array's zarr.json
+            if direct:  # its chunk is written here, meanwhile
+                hashed = hashing.submit(_write_chunk, local, plan, data)
+                chunks.append(_chunk_file(name, tuple(0 for _ in data.shape), chunk))
+            else:  # the leaf is never changed once given, so TensorStore writes it without a copy of its own
+                store = written.result()
+                written = store.write(data, can_reference_source_data_indefinitely=True) if data.size else written
+                shards = [(full, data)] if data.size else []
+                hashed = hashing.submit(lambda plan=plan, shards=shards: [_shard_entry(plan, b, a) for b, a in shards])
             pending.append((written, hashed, data.nbytes))
             plans.append(plan)
             settle(_STREAM_BYTES, 1)
         settle(0, 0)
     except BaseException:
         for written, hashed, _ in pending:  # the writes in flight end before the caller may clear the folder
-            if written is not None:
-                written.exception()
+            written.exception()
             hashed.exception()
         raise
     finally:
         hashing.shutdown(wait=True)
+    if local is not None:  # the chunks' new entries and folders, each folder synced once
+        direct_io.sync_folders(os.path.dirname(local), [os.path.join(local, rel) for rel in chunks])
     if sidecar_bytes is None:
         sidecar_bytes = _check_sidecars(sidecars())
     metadata = [f"{CHECKPOINT}/{plan.name}/zarr.json" for plan in plans]
@@ -799,13 +818,35 @@ def read_leaf(sealed: mf.Sealed, entry: Mapping[str, Any]) -> np.ndarray:
     if tuple(store.shape) != shape or store.dtype.numpy_dtype != np.dtype(entry["dtype"]):
         raise BadInput(f"{sealed.folder}: array {name} is {_describe(store.shape, store.dtype.numpy_dtype)}, "
                          f"index says {_describe(shape, np.dtype(entry['dtype']))}")
+    starts, whole = _covered(tuple((0, d) for d in shape), chunk)
+    files = [_chunk_file(name, start, chunk) for start in starts]
+    if whole and math.prod(shape) and _raw_chunks(sealed.folder, store, shape):
+        return _read_chunk(sealed, files[0], store.dtype.numpy_dtype, shape)
     data = store.read().result()
     if not math.prod(shape):
         return data
-    starts, whole = _covered(tuple((0, d) for d in shape), chunk)
-    files = [_chunk_file(name, start, chunk) for start in starts]
     _check_chunks(sealed, [(files[0], data)] if whole else [], [] if whole else files)
     return data
+
+
+def _raw_chunks(folder: str, store: Any, shape: tuple[int, ...]) -> bool:
+    """Whether the array ``store`` of the local ``folder`` is one chunk file holding its bytes as this host lays
+    them out (the ``bytes`` codec, little endian, on a little-endian host), so the file can be read as it is."""
+    codecs = store.codec.to_json().get("codecs")
+    return (rootfs.is_local(folder) and sys.byteorder == "little" and store.dtype.numpy_dtype.isnative
+            and codecs == [{"name": "bytes", "configuration": {"endian": "little"}}]
+            and tuple(store.chunk_layout.read_chunk.shape or ()) == shape)
+
+
+def _read_chunk(sealed: mf.Sealed, rel: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """The chunk file ``rel`` as an array, read around the page cache and hashed as read (`theseus.store.direct_io`),
+    checked against the manifest."""
+    listed = sealed.entry(rel)  # listed, present, a regular file of the listed size
+    data, digest = direct_io.read_file(rootfs.local_path(sealed.where(rel)))
+    if data.size != listed.size or digest != listed.sha256:
+        raise mf.DamagedFolder(f"corrupt file {sealed.where(rel)}: sha256 {digest[:8]}... != {listed.sha256[:8]}... "
+                               f"in {MANIFEST}")
+    return data.view(dtype).reshape(shape)
 
 
 def _check_chunks(sealed: mf.Sealed, read: list[tuple[str, np.ndarray]], files: list[str],
