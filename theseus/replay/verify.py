@@ -260,6 +260,9 @@ def verify(store: Store | str, node: str | Node, steps: int, rtol: float = 1e-5,
     trainer = Trainer(config, store.root, recipe=recipe, log=log or logger, peak_flops=float("nan"), progress=False)
     try:
         trainer.restore(folder, partial=False, node=node, step=step_of(store, node))
+        frozen = getattr(recipe, "restore_frozen", None)  # a job's frozen tree (a base, a reference) is read back
+        if frozen is not None:
+            frozen(trainer, store)
         start = trainer.step
         if start + steps > trainer.total_steps:
             raise BadInput(f"cannot replay {steps} steps from step {start}: the run ends at step "
