@@ -48,6 +48,11 @@ def imported(tmp_path_factory):
         q.config.data.chat.paths = [str(corpus)]
         q.config.data.block_size, q.config.data.val_pct = 64, 0.25
         q.create()()
+        q.build("data/tokenize/chat", "tokenize-chat-packed")
+        q.config.tokenizer.backend, q.config.tokenizer.name = tokenizer["backend"], tokenizer["name"]
+        q.config.data.chat.merge_with({"paths": [str(corpus)], "dataset": "packed"})
+        q.config.data.merge_with({"block_size": 128, "val_pct": 0.25, "pack": True})
+        q.create()()
     return root, node
 
 
@@ -95,6 +100,34 @@ def test_sft_lowers_the_masked_loss_and_moves_the_greedy_answer_to_its_target(im
     assert after > before + 10 and after_text == answer != before_text
     _, [chat] = sample(root, last.nonce, question, chat=True, temperature=0.0)
     assert chat.prompt == f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n" and chat.text == answer
+
+
+@pytest.mark.slow
+def test_a_resumed_packed_sft_run_replays_its_steps_bit_for_bit_and_verifies(imported):
+    from theseus.replay.verify import verify
+
+    root, node = imported
+    with quick(root) as q:
+        q.build("llama/train/sft", "sft-packed")
+        q.config.training.init_from = node.nonce
+        q.config.data.dataset = "packed"
+        q.config.architecture.block_size = 128
+        q.config.training.batch_size = q.config.training.per_device_batch_size = 2
+        q.config.training.steps, q.config.training.validation_steps = 6, 1
+        q.config.logging.report_interval, q.config.logging.checkpoint_interval = 1, 3
+        q.config.logging.validation_interval = 6
+        end = q.create()()
+    store, keys = Store(root), ["train/loss", "train/grad_norm"]
+    before = {r["train/step"]: r for r in store.find().nonce(end.nonce).has("train/loss")
+              .select(keys=["train/step", *keys])}
+    with quick(root) as q:
+        q.find().nonce(end.nonce).checkpoint().where("train/step", "==", 3).resume()
+        branch = q.build().create()()
+    after = store.find().nonce(branch.nonce).has("train/loss").select(keys=["train/step", *keys])
+    assert [r["train/step"] for r in after] == [4, 5, 6]
+    assert all(r[k] == before[r["train/step"]][k] for r in after for k in keys)
+    start = store.find().nonce(end.nonce).where("train/step", "==", 3).first()
+    assert verify(root, start.id, steps=2).verdict.status == "bitwise"
 
 
 def test_sft_without_init_from_is_refused(imported):
