@@ -99,3 +99,52 @@ def test_packed_and_unpacked_training_give_equal_losses_through_the_trainer(tmp_
         losses[name] = [r["train/loss"] for r in found]
     assert rows["packed"] < rows["plain"]
     assert len(losses["plain"]) == 2 and np.allclose(losses["plain"], losses["packed"], rtol=0, atol=1e-5), losses
+
+
+MULTIDEVICE = r"""
+import json, sys, tempfile
+sys.path.insert(0, {repo!r})
+import jax
+from tests.hf._folders import train_tokenizer
+from theseus.jobs import get_job
+from theseus.train.sft import SFT
+from theseus.train.trainer import Trainer
+
+root = tempfile.mkdtemp()
+train_tokenizer(root + "/tok")
+corpus = root + "/chat.jsonl"
+open(corpus, "w").write("".join(json.dumps({{"messages": [m for m in c if m["content"]]}}) + "\n" for c in {chats!r}))
+get_job("data/tokenize/chat").create(root, "tok", {{
+    "tokenizer": {{"backend": "huggingface", "name": root + "/tok"}},
+    "data": {{"chat": {{"paths": [corpus], "template": "chatml"}}, "block_size": 256, "pack": True,
+             "val_pct": 0.25}}}})()
+
+def make(devices, per_device, **shard):
+    cfg = {{"architecture": {{"n_embd": 32, "n_layers": 2, "n_head": 4, "block_size": 256, "vocab_size": 320,
+                              "dtype": {{"activation": "float32"}}}},
+            "tokenizer": {{"backend": "huggingface", "name": root + "/tok"}}, "data": {{"dataset": "chat"}},
+            "optimization": {{"lr": 1e-3}}, "shard": shard,
+            "training": {{"batch_size": 8, "per_device_batch_size": per_device, "steps": 3, "validation_steps": 1,
+                          "init_from": "(the Trainer starts fresh; the job would load this checkpoint)"}},
+            "logging": {{"report_interval": 1, "validation_interval": 100}}}}
+    return Trainer(cfg, root, devices=devices, recipe=SFT.RECIPE(), peak_flops=1e12, progress=False)
+
+one = make(jax.devices()[:1], 8)
+eight = make(jax.devices(), 1, fsdp=True)
+batch = eight.batch()
+emit({{"single": [one.tick()["train/loss"] for _ in range(3)], "eight": [eight.tick()["train/loss"] for _ in range(3)],
+       "keys": sorted(batch), "segments": int(batch["segment_ids"].max())}})
+"""
+
+
+@pytest.mark.slow
+def test_packed_sft_on_8_devices_trains_as_on_one():
+    import pathlib
+
+    from tests.train._subproc import run_python
+
+    repo = str(pathlib.Path(__file__).resolve().parents[2])
+    chats = [[m for m in c if m["content"]] for c in CHATS] * 3
+    out = run_python(MULTIDEVICE.format(repo=repo, chats=chats), devices=8, timeout=600)
+    assert out["keys"] == ["padding_mask", "positions", "segment_ids", "x", "y"] and out["segments"] > 1
+    np.testing.assert_allclose(out["eight"], out["single"], rtol=1e-5)
