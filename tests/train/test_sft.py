@@ -100,6 +100,16 @@ def test_sft_lowers_the_masked_loss_and_moves_the_greedy_answer_to_its_target(im
     assert after > before + 10 and after_text == answer != before_text
     _, [chat] = sample(root, last.nonce, question, chat=True, temperature=0.0)
     assert chat.prompt == f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n" and chat.text == answer
+    import typer
+    from typer.testing import CliRunner
+
+    from theseus.cli.sample import register
+
+    app = typer.Typer()  # one command: invoked without its name
+    register(app)
+    printed = CliRunner().invoke(app, [root, last.nonce, question, "--chat", "--temperature", "0"])
+    assert printed.exit_code == 0, printed.output
+    assert printed.output.rstrip().endswith(f"<|im_start|>assistant\n{answer}")
 
 
 @pytest.mark.slow
