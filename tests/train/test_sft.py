@@ -75,21 +75,25 @@ def _answer_logprob(root, node, question: str, answer: str) -> tuple[float, str]
         trainer.close()
 
 
+def run_sft(root, source, name: str, dataset: str, steps: int, batch_size: int, every: int, **sections):
+    """A ``llama/train/sft`` run from ``source`` on ``dataset``: a report each step, a checkpoint and a validation
+    every ``every`` steps, ``sections`` over that; its last node."""
+    config = {"training": {"init_from": source.nonce, "batch_size": batch_size, "per_device_batch_size": batch_size,
+                           "steps": steps, "validation_steps": 1},
+              "data": {"dataset": dataset},
+              "logging": {"report_interval": 1, "checkpoint_interval": every, "validation_interval": every}}
+    with quick(root) as q:
+        q.build("llama/train/sft", name).config.merge_with({**config, **sections})
+        return q.create()()
+
+
 @pytest.mark.slow
 def test_sft_lowers_the_masked_loss_and_moves_the_greedy_answer_to_its_target(imported):
     from theseus.replay.sample import sample
 
     root, node = imported
-    with quick(root) as q:
-        q.build("llama/train/sft", "sft")
-        q.config.training.init_from = node.nonce
-        q.config.data.dataset = "chat"
-        q.config.training.batch_size = q.config.training.per_device_batch_size = 8
-        q.config.training.steps, q.config.training.validation_steps = 40, 2
-        q.config.optimization.lr = 1e-2  # a random tiny model learns its answers in a few dozen steps
-        q.config.logging.report_interval = 1
-        q.config.logging.validation_interval = q.config.logging.checkpoint_interval = 40
-        last = q.create()()
+    # a random tiny model learns its answers in a few dozen steps at a high rate
+    last = run_sft(root, node, "sft", "chat", steps=40, batch_size=8, every=40, optimization={"lr": 1e-2})
     store = Store(root)
     losses = [r["train/loss"] for r in store.find().nonce(last.nonce).has("train/loss").select(keys=["train/loss"])]
     record = store.record(last)
@@ -117,16 +121,8 @@ def test_a_resumed_packed_sft_run_replays_its_steps_bit_for_bit_and_verifies(imp
     from theseus.replay.verify import verify
 
     root, node = imported
-    with quick(root) as q:
-        q.build("llama/train/sft", "sft-packed")
-        q.config.training.init_from = node.nonce
-        q.config.data.dataset = "packed"
-        q.config.architecture.block_size = 128
-        q.config.training.batch_size = q.config.training.per_device_batch_size = 2
-        q.config.training.steps, q.config.training.validation_steps = 6, 1
-        q.config.logging.report_interval, q.config.logging.checkpoint_interval = 1, 3
-        q.config.logging.validation_interval = 6
-        end = q.create()()
+    end = run_sft(root, node, "sft-packed", "packed", steps=6, batch_size=2, every=3,
+                  architecture={"block_size": 128})  # the packed rows' width; RoPE keeps the shapes
     store, keys = Store(root), ["train/loss", "train/grad_norm"]
     before = {r["train/step"]: r for r in store.find().nonce(end.nonce).has("train/loss")
               .select(keys=["train/step", *keys])}
