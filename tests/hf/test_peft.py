@@ -134,3 +134,76 @@ def test_a_pickled_adapter_is_never_read(tmp_path):
     (tmp_path / "adapter_model.bin").write_bytes(b"not unpickled")
     with pytest.raises(NotFound, match="never unpickles"):
         read_peft(str(tmp_path), DecoderConfig(n_embd=8, n_head=2))
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory):
+    """An imported tiny llama, and a 2-step ``llama/train/lora`` run over it: (root, folder, model, base, last)."""
+    from tests.train._helpers import write_dataset
+    from theseus.hf.importer import import_hf
+    from theseus.quick import quick
+
+    tmp = tmp_path_factory.mktemp("lora-export")
+    hf_model = tiny_folder(tmp / "base", "llama")
+    root = str(tmp / "root")
+    base = import_hf(str(tmp / "base"), root, name="base", dtype="float32")
+    write_dataset(root, vocab=300)
+    with quick(root) as q:
+        q.build("llama/train/lora", "adapt").config.merge_with({
+            "architecture": {"dtype": {"activation": "float32"}},
+            "training": {"init_from": base.nonce, "batch_size": 4, "per_device_batch_size": 4, "tokens": 4 * 64 * 2},
+            "optimization": {"lr": 1e-2, "warmup_pct": 0.0, "decay_pct": 0.0},
+            "logging": {"checkpoint_interval": 2, "validation_interval": 2},
+            "lora": {"rank": 4, "alpha": 8.0, "targets": "q_proj,v_proj,down_proj"}})
+        last = q()
+    return root, tmp, hf_model, base, last
+
+
+def _cli(*arguments):
+    import typer
+    from typer.testing import CliRunner
+
+    from theseus.cli.export import register
+
+    app = typer.Typer()
+    register(app)
+    return CliRunner().invoke(app, [str(a) for a in arguments])
+
+
+@pytest.mark.slow
+def test_a_lora_run_exports_as_peft_with_theseus_logits_and_merged_as_merge_and_unload(lora_run):
+    import transformers
+
+    from theseus.replay.restore import restored_trainer
+    from theseus.store import Store
+
+    root, tmp, hf_model, base, last = lora_run
+    result = _cli(root, last.id, "--format", "peft", tmp / "adapter")
+    assert result.exit_code == 0, result.output
+    assert Store(root).record(last)["export/peft/base"] == base.id
+    trainer = restored_trainer(root, last)
+    try:
+        ours = np.asarray(trainer.model.apply({"params": trainer.params}, _ids(), frozen=trainer.frozen))
+    finally:
+        trainer.close()
+    adapted = peft.PeftModel.from_pretrained(hf_model, str(tmp / "adapter")).eval()
+    with torch.no_grad():
+        assert float(np.abs(adapted(torch.tensor(_ids())).logits.numpy() - ours).max()) < 1e-4
+
+    result = _cli(root, last.id, "--format", "hf", "--merge", "--dtype", "fp32", tmp / "merged")
+    assert result.exit_code == 0, result.output
+    merged = transformers.AutoModelForCausalLM.from_pretrained(str(tmp / "merged"), dtype=torch.float32)
+    theirs = adapted.merge_and_unload().state_dict()
+    worst = max(float((merged.state_dict()[k] - v).abs().max()) for k, v in theirs.items())
+    assert worst < 1e-5
+
+
+@pytest.mark.slow
+def test_exporting_a_lora_checkpoint_as_a_model_needs_merge_and_merge_needs_lora(lora_run):
+    root, tmp, _, base, last = lora_run
+    result = _cli(root, last.id, "--format", "hf", tmp / "plain")
+    assert result.exit_code == 2 and "--merge" in result.output and not (tmp / "plain").exists()
+    result = _cli(root, base.id, "--format", "hf", "--merge", tmp / "wrong")
+    assert result.exit_code == 2 and "not of a LoRA run" in result.output
+    result = _cli(root, base.id, "--format", "peft", tmp / "wrong")
+    assert result.exit_code == 2 and "not of a LoRA run" in result.output

@@ -8,7 +8,8 @@ from tests.docstrings import examples_fail, names_without_examples
 MODULES = ["theseus.train", "theseus.train.parts", "theseus.train.models", "theseus.train.optimizers",
            "theseus.train.schedules", "theseus.train.losses", "theseus.train.step", "theseus.train.evals.exact_match",
            "theseus.train.evals.likelihood", "theseus.train.evals.rows", "theseus.train.evals.text",
-           "theseus.train.evals.choice", "theseus.train.evals.public", "theseus.train.jobs"]
+           "theseus.train.evals.choice", "theseus.train.evals.public", "theseus.train.jobs", "theseus.train.lora",
+           "theseus.train.lora_jobs"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -184,9 +184,12 @@ def _eot(section: dict, root: str) -> int | None:
         return None
 
 
-def export_hf(root: str | Store, target: str | Node, out: str, dtype: str = "bf16") -> dict[str, Any]:
+def export_hf(root: str | Store, target: str | Node, out: str, dtype: str = "bf16",
+              params: Callable[[str], np.ndarray | None] | None = None) -> dict[str, Any]:
     """Write the checkpoint of ``target`` (node id, Node, or nonce: that run's last checkpoint) as a Hugging Face
     folder ``out`` (new or empty) in ``dtype``; record the export on the node and return what was recorded.
+    ``params``: ``read(leaf)`` of the parameters to write instead of the checkpoint's own (a LoRA run's base
+    with its adapters merged: `theseus.hf.peft.merged_reader`).
 
     >>> import tempfile
     >>> export_hf(tempfile.mkdtemp(), "abc123", tempfile.mkdtemp(), dtype="int4")
@@ -216,7 +219,8 @@ def export_hf(root: str | Store, target: str | Node, out: str, dtype: str = "bf1
     os.makedirs(out, exist_ok=True)
     target = _NUMPY[dtype]
     files: dict[str, str] = {}  # each file's sha256: the safetensors' hashed as they are written
-    with _Params(folder, sealed) as read:
+    with _Params(folder, sealed) as own:
+        read = own if params is None else params
         cast = ((name, a if a.dtype == target else a.astype(target)) for name, a in params_to_hf(read, None))
         written = write_folder(out, cast, SHARD_BYTES, digests=files)
     generation = {k: v for k, v in {**generation, "bos_token_id": hf_config["bos_token_id"],

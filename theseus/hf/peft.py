@@ -18,10 +18,11 @@ equal logits both ways.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -31,8 +32,8 @@ from theseus.hf.convert import TensorMap, UnsupportedModel, tensor_maps
 from theseus.model.decoder_config import DecoderConfig
 from theseus.model.lora import LoraSpec, leaves
 
-__all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "from_peft", "projection_modules", "read_peft", "to_peft",
-           "write_peft"]
+__all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "LoraCheckpoint", "NotLora", "export_model", "export_peft", "from_peft",
+           "lora_checkpoint", "merged_reader", "projection_modules", "read_peft", "to_peft", "write_peft"]
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -246,3 +247,175 @@ def read_peft(folder: str, cfg: DecoderConfig) -> tuple[LoraSpec, dict]:
     with open(os.path.join(folder, ADAPTER_CONFIG)) as f:
         config = json.load(f)
     return from_peft(cfg, load_file(os.path.join(folder, ADAPTER_WEIGHTS)), config)
+
+
+# -- a LoRA run's checkpoint: its adapters out as a peft folder, or merged into its base as a model folder --------
+
+
+def _reader(folder: str) -> tuple[Callable[[str], np.ndarray | None], list[str]]:
+    """``(read(leaf), leaves)``: the ``params/`` leaves of the checkpoint in ``folder`` by their path under params/,
+    each read on demand and checked against the folder's MANIFEST as it is read."""
+    from theseus.train import checkpoint as ckpt  # lazily: TensorStore reads the checkpoint
+    from theseus.train import manifest as mf
+
+    sealed = mf.Sealed(folder)
+    entries = {leaf["path"].split("/", 1)[1]: leaf for leaf in ckpt.read_index(folder)["leaves"]
+               if leaf["path"].startswith("params/")}
+    return (lambda leaf: ckpt.read_leaf(sealed, entries[leaf]) if leaf in entries else None), sorted(entries)
+
+
+class NotLora(BadInput):
+    """A checkpoint that is not of a LoRA run where a LoRA checkpoint was wanted.
+
+    >>> issubclass(NotLora, ValueError)
+    True
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraCheckpoint:
+    """A LoRA run's checkpoint: its ``node``, ``folder``, ``config`` (``config.yaml``), the run's model ``family``,
+    the base's node id and folder (``training.init_from``), and ``spec`` (its ``lora`` section).
+
+    >>> LoraCheckpoint.__dataclass_fields__.keys() >= {"node", "base", "spec"}
+    True
+    """
+
+    node: Any
+    folder: str
+    config: dict
+    family: str
+    base: str
+    base_folder: str
+    spec: LoraSpec
+
+    def adapters(self) -> dict[str, Any]:
+        """The adapters tree (host arrays) of the checkpoint."""
+        read, names = _reader(self.folder)
+        tree: dict[str, Any] = {}
+        for name in names:
+            *parents, last = name.split("/")
+            node = tree
+            for key in parents:
+                node = node.setdefault(key, {})
+            node[last] = read(name)
+        return tree
+
+    def decoder(self) -> DecoderConfig:
+        """The base's `DecoderConfig`; the GPT, whose adapters peft has no layout for here, is a BadInput."""
+        from theseus.model.decoder_config import FAMILIES
+
+        if self.family not in FAMILIES:
+            raise BadInput(f"a LoRA adapter of a {self.family} model has no peft export here (the decoder families "
+                           f"do: {', '.join(FAMILIES)}); export it merged: --format hf --merge")
+        return DecoderConfig.from_mapping({**self.config["architecture"], "family": self.family})
+
+
+def lora_checkpoint(root: Any, target: Any) -> LoraCheckpoint:
+    """The `LoraCheckpoint` of ``target`` (a node id, Node, or nonce: that run's last checkpoint); a checkpoint of
+    another run is a BadInput saying what to export instead.
+
+    >>> import tempfile
+    >>> lora_checkpoint(tempfile.mkdtemp(), "abc123")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    theseus.errors.BadInput: run abc123 has no committed checkpoint in ...
+    """
+    import yaml
+
+    from theseus.jobs import get_job  # lazily: the registry imports the training jobs (JAX)
+    from theseus.replay.restore import checkpoint_for  # lazily: it loads the trainer (JAX)
+    from theseus.replay.verify import checkpoint_config
+    from theseus.store import Store
+    from theseus.store.schema import JOB, JOB_SOURCE
+    from theseus.train.init_from import source_of
+
+    store = root if isinstance(root, Store) else Store(root)
+    node, folder = checkpoint_for(store, target)
+    config = yaml.safe_load(checkpoint_config(node, folder))
+    if not isinstance(config.get("lora"), dict):
+        raise NotLora(f"node {node.id} is not of a LoRA run (its config has no lora section): export it with "
+                       "--format hf")
+    base, base_folder, _ = source_of(store, str(config["training"]["init_from"]))
+    spec = LoraSpec(**{k: config["lora"][k] for k in ("rank", "alpha", "dropout", "targets")})
+    run = store.run_record(node.nonce, name=node.name)
+    family = get_job(run[JOB], run.get(JOB_SOURCE)).MODEL.name  # a LoRA job's model part is its family's
+    return LoraCheckpoint(node, folder, config, family, base.id, base_folder, spec)
+
+
+def merged_reader(checkpoint: LoraCheckpoint) -> Callable[[str], np.ndarray | None]:
+    """``read(leaf)`` of the base's parameters with the adapters merged into their kernels
+    (`theseus.model.lora.merge`, one kernel at a time).
+
+    >>> callable(merged_reader)
+    True
+    """
+    read, _ = _reader(checkpoint.base_folder)
+    adapters = {f"{path}/kernel": adapter for path, adapter in leaves(checkpoint.adapters())}
+    scale = np.float32(checkpoint.spec.scale)
+
+    def merged(leaf: str) -> np.ndarray | None:
+        value = read(leaf)
+        if leaf not in adapters or value is None:
+            return value
+        a, b = (np.asarray(adapters[leaf][k], np.float32) for k in ("lora_a", "lora_b"))
+        return (np.asarray(value, np.float32) + scale * (a @ b)).astype(value.dtype)
+
+    return merged
+
+
+def export_peft(root: Any, target: Any, out: str) -> dict[str, Any]:
+    """Write the adapters of the LoRA checkpoint ``target`` as the peft folder ``out`` (new or empty) and record the
+    export on its node: ``export/peft/path``, ``export/peft/base`` (the base node, which ``--format hf`` exports
+    as the model peft loads them onto) and ``export/peft/sha256`` (of the files' sha256 listing).
+
+    >>> import tempfile
+    >>> export_peft(tempfile.mkdtemp(), "abc123", tempfile.mkdtemp())  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    theseus.errors.BadInput: run abc123 has no committed checkpoint in ...
+    """
+    import hashlib
+
+    from theseus.store import Store
+
+    store = root if isinstance(root, Store) else Store(root)
+    checkpoint = lora_checkpoint(store, target)
+    out = os.path.abspath(os.fspath(out))
+    files = write_peft(out, checkpoint.decoder(), checkpoint.spec, checkpoint.adapters())
+    digests = {}
+    for name in files:
+        with open(os.path.join(out, name), "rb") as f:
+            digests[name] = hashlib.sha256(f.read()).hexdigest()
+    listing = json.dumps(digests, sort_keys=True)
+    record = {"export/peft/path": out, "export/peft/base": checkpoint.base,
+              "export/peft/sha256": hashlib.sha256(listing.encode()).hexdigest()}
+    with store.writer() as w:
+        w.write(checkpoint.node, record)
+    return {**record, "node": checkpoint.node.id}
+
+
+def export_model(root: Any, target: Any, out: str, dtype: str = "bf16", merge: bool = False) -> dict[str, Any]:
+    """`theseus.hf.exporter.export_hf` of ``target``, knowing LoRA: with ``merge`` the LoRA checkpoint's base with
+    its adapters merged into the kernels (peft's ``merge_and_unload``); a LoRA checkpoint without ``merge`` is a
+    BadInput (it holds adapters only), and so is ``merge`` of another checkpoint.
+
+    >>> import tempfile
+    >>> export_model(tempfile.mkdtemp(), "abc123", tempfile.mkdtemp(), merge=True)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    theseus.errors.BadInput: run abc123 has no committed checkpoint in ...
+    """
+    from theseus.hf.exporter import export_dtype, export_hf
+
+    export_dtype(dtype)  # an unknown dtype fails before anything is read
+    try:
+        checkpoint = lora_checkpoint(root, target)
+    except NotLora as e:
+        if merge:
+            raise BadInput(f"--merge merges a LoRA run's adapters into its base: {e}") from None
+        return export_hf(root, target, out, dtype)
+    if not merge:
+        raise BadInput(f"node {checkpoint.node.id} holds LoRA adapters only: export them with --format peft, or "
+                       "the model with its adapters merged with --format hf --merge")
+    return {**export_hf(root, checkpoint.node, out, dtype, params=merged_reader(checkpoint)), "merged": True}

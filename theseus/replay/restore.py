@@ -84,6 +84,9 @@ def restored_trainer(store: Store | str, target: str | Node, log: Any = None) ->
     trainer = Trainer(config, store.root, recipe=recipe, log=log or logger, peak_flops=float("nan"), progress=False)
     try:  # the folder checked as it is read, and checked to be this node's own (not a swapped one)
         trainer.restore(folder, partial=False, node=node, step=step_of(store, node))
+        frozen = getattr(recipe, "restore_frozen", None)  # a job over a frozen base (LoRA) reads the base back
+        if frozen is not None:
+            frozen(trainer, store)
     except BaseException:
         trainer.close()
         raise

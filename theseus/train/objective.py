@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Protocol
 import jax
 import jax.numpy as jnp
 
-__all__ = ["BATCH_KEYS", "OPTIONAL_KEYS", "Forward", "Objective", "TokenObjective", "model_forward"]
+__all__ = ["BATCH_KEYS", "OPTIONAL_KEYS", "Forward", "Objective", "TokenObjective", "model_forward", "plain_model"]
 
 #: the keys every batch holds ([rows, T] each): inputs, targets, and which targets count
 BATCH_KEYS = ("x", "y", "padding_mask")
@@ -92,6 +92,23 @@ def model_forward(model: Any) -> Forward:
         return model.apply({"params": params}, batch["x"], deterministic=deterministic, rngs=rngs, **extras)
 
     return forward
+
+
+def plain_model(model: Any, params: Any, frozen: Any) -> tuple[Any, Any]:
+    """The module and parameters a reader of ``model.apply({"params": ...})`` alone gets (sampling, the
+    evaluations): ``(model, params)``, or, for a model trained over a ``frozen`` tree that folds the two into one
+    plain model (``model.merged(params, frozen)``: LoRA's), that model.
+
+    >>> class Adapted:
+    ...     def merged(self, params, frozen):
+    ...         return "base", {**frozen, **params}
+    >>> plain_model("gpt", {"w": 1}, None), plain_model(Adapted(), {"a": 1}, {"w": 2})
+    (('gpt', {'w': 1}), ('base', {'w': 2, 'a': 1}))
+    """
+    merged = getattr(model, "merged", None)
+    if merged is None or frozen is None:
+        return model, params
+    return merged(params, frozen)
 
 
 @dataclasses.dataclass(frozen=True)

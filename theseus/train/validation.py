@@ -30,6 +30,7 @@ from theseus.train.built import Built
 from theseus.train.compiled import batch_keys, jit_eval_step, place_batch
 from theseus.train.evaluations import EvalContext
 from theseus.train.example import tiny_example  # noqa: F401 - the doctests' example run
+from theseus.train.objective import plain_model
 
 __all__ = ["Evaluator", "Validation"]
 
@@ -120,9 +121,10 @@ class Evaluator:
         """What an evaluation or analysis sees at ``step`` with ``params`` (`EvalContext`)."""
         loader = self.built.loader
         data = loader.dataset if hasattr(loader, "dataset") else loader.datasets[0]
-        return EvalContext(step=step, params=params, config=self.built.config, sources=self.built.sources,
+        model, plain = plain_model(self.built.model, params, frozen)  # adapters over a frozen base: merged
+        return EvalContext(step=step, params=plain, config=self.built.config, sources=self.built.sources,
                            mean_loss=lambda dataset: self.passes.mean_loss(dataset, params, step, frozen),
-                           model=self.built.model, write=lambda name, blob: self.outputs.artifact(step, name, blob),
+                           model=model, write=lambda name, blob: self.outputs.artifact(step, name, blob),
                            log=self.log, batch=lambda dataset: self.built.validation.loader(dataset).batch(0),
                            tokenizer=data.tokenizer, root=self.root)
 

@@ -29,6 +29,7 @@ from theseus.model.layers.mlp import MLP
 from theseus.train.evaluations import EvalContext
 from theseus.train.example import tiny_example  # noqa: F401 - the doctests' example run
 from theseus.train.generate import Sample, generate, tokenizer_of
+from theseus.train.objective import plain_model
 from theseus.train.reports import position
 
 __all__ = ["RunVerbs"]
@@ -122,7 +123,8 @@ class RunVerbs:
         >>> len(sample.tokens), sample == trainer.generate("1+2=", max_new_tokens=4, temperature=0.0)[0]
         (4, True)
         """
-        return generate(self.model, self.params, self.tokenizer, prompts, **options)
+        model, params = plain_model(self.model, self.params, self.frozen)  # adapters over a frozen base: merged
+        return generate(model, params, self.tokenizer, prompts, **options)
 
     def find(self, module_type: type | tuple[type, ...]) -> list[tuple[str, ...]]:
         """Paths of the modules of ``module_type`` in forward order, e.g. ``[('blocks_0', 'mlp'), ...]``
