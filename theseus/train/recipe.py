@@ -11,9 +11,12 @@ the parts it names, its sections in `SECTIONS` order::
 
 Behaviour changes in code override a method instead of copying the loop:
 ``model(config)`` builds the flax module, ``loss(config)`` returns the per-token
-loss ``(logits, targets) -> [B, T]``. The trainer (`theseus.train.trainer.Trainer`)
-reads a recipe; the registered job `gpt/train/pretrain` is ``Recipe`` with the
-store around it (`theseus.train.jobs.Pretrain`).
+loss ``(logits, targets) -> [B, T]``, ``forward(config, model)`` and
+``objective(config, loss)`` are what a step runs and minimises (`theseus.train.objective`:
+a fine-tuning transform replaces them), ``build(config, mesh, root)`` builds every part
+once (`theseus.train.built.Built`), which the trainer (`theseus.train.trainer.Trainer`)
+runs. The registered job `gpt/train/pretrain` (`theseus.train.jobs.Pretrain`) holds a
+recipe of its class's ``RECIPE`` and puts the store around the trainer.
 
 >>> from omegaconf import OmegaConf
 >>> class Small(Recipe):
