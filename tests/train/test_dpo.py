@@ -219,3 +219,17 @@ def test_a_decoder_family_runs_dpo_too(base):
     rows = Store(root).find().nonce(end.nonce).has("dpo/loss").select(keys=["dpo/loss", "dpo/reward_margin"])
     assert abs(rows[0]["dpo/loss"] - math.log(2)) < 1e-6 and rows[-1]["dpo/reward_margin"] > 0
 
+
+@pytest.mark.slow
+def test_a_restored_dpo_node_holds_its_reference_beside_its_policy(straight, base):
+    from theseus.replay.restore import restored_trainer
+
+    root, end = straight
+    tuned, source = restored_trainer(root, end.id), restored_trainer(root, base[1].id)
+    try:
+        reference, start = (np.asarray(t["wte"]["embedding"]) for t in (tuned.frozen, source.params))
+        assert np.array_equal(reference, start)
+        assert not np.array_equal(np.asarray(tuned.params["wte"]["embedding"]), start)
+    finally:
+        tuned.close()
+        source.close()
