@@ -102,7 +102,8 @@ __all__ = ["EXIT_PREEMPTED", "JOB_MODULES", "Job", "NotRestorable", "Preempted",
 #: A module that does not exist yet is skipped; add yours here or import it before use.
 JOB_MODULES: list[str] = ["theseus.data.jobs", "theseus.data.preference", "theseus.train.jobs",
                           "theseus.train.dpo_jobs", "theseus.train.sft", "theseus.train.lora_jobs",
-                          "theseus.replay.evaluate", "theseus.hf.jobs"]
+                          "theseus.replay.evaluate", "theseus.hf.jobs",
+                          "theseus.hf.peft_jobs"]
 
 _LOADED: set[str] = set()
 _DRAWS = 8  # nonces a job draws for a new lineage before a clash is an error (clashes are rare: one in a row is chance)

@@ -9,7 +9,7 @@ import pytest
 from tests.docstrings import names_without_examples
 
 MODULES = [*(f"theseus.hf.{name}" for name in ("safetensors_io", "gpt", "importer", "exporter", "jobs", "layout",
-                                                 "peft")),
+                                                 "peft", "peft_jobs", "peft_import", "imported_run")),
            "theseus.cli.importing"]
 
 

@@ -84,7 +84,7 @@ COMMANDS: dict[str, Lazy] = {
                                            "printed; nothing written to ROOT."),
     "export": Lazy("theseus.cli.export", "Write runs of ROOT in another tool's format."),
     "import": Lazy("theseus.cli.importing", "Import another tool's model as a run of a root: hf (a Hugging Face "
-                                            "folder)."),
+                                            "folder), peft (a LoRA adapter over a model of the root)."),
     "ui": Lazy("theseus.cli.ui", "Serve a web app over ROOT: runs, charts, run and node pages, updated live."),
 }
 

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from theseus.errors import BadInput
+from theseus.hf.imported_run import committed, saved
 from theseus.hf.layout import GENERATION_FILE, HF_CONFIG_FILE, SOURCE_FILE, TOKENIZER_FILES, TOKENIZER_FOLDER
 from theseus.hf.safetensors_io import SafetensorsFolder
 from theseus.store import Node, Store
@@ -137,9 +138,7 @@ def import_hf(folder: str, root: str | Store, name: str | None = None, dtype: st
     from theseus.experiments import job_source
     from theseus.hf.jobs import IMPORTED, job_key
     from theseus.jobs import job_json
-    from theseus.store import fs as rootfs
     from theseus.store.layout import CONFIG_FILE, JOB_FILE, RNG_FILE, objects
-    from theseus.train import checkpoint as ckpt
 
     folder = os.path.abspath(os.fspath(folder))
     if not os.path.isdir(folder):
@@ -200,16 +199,8 @@ def import_hf(folder: str, root: str | Store, name: str | None = None, dtype: st
             return {**sidecars, SOURCE_FILE: json.dumps({"folder": folder, "files": hashed.result()},
                                                         indent=2).encode()}
 
-        try:  # the checkpoint first: a folder that fails part way leaves no run behind
-            ckpt.save_streamed(store.objects(node), leaves, with_source)
-        except BaseException:
-            rootfs.remove_tree(store.objects(node))
-            raise
-    with store.writer() as w:
-        w.begin(node)
-        w.job(node, key, configs.to_yaml(config), source=job_source(cls))
-        w.write(node, {"train/step": 0, "train/tokens": 0, "hf/source": folder,
-                       "hf/model_type": str(hf_config.get("model_type"))})
-        w.checkpoint(node, objects(node.id))
-        w.finished(node)
+        saved(store, node, leaves, with_source)  # the checkpoint first (`theseus.hf.imported_run`)
+    committed(store, node, key, configs.to_yaml(config), job_source(cls),
+              {"train/step": 0, "train/tokens": 0, "hf/source": folder,
+               "hf/model_type": str(hf_config.get("model_type"))})
     return node
