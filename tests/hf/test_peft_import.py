@@ -122,3 +122,31 @@ def test_bad_adapters_and_bases_are_one_line_errors_that_write_nothing(imported,
         assert result.exit_code == 2 and message in result.output, result.output
         assert len(result.output.strip().splitlines()) == 1, result.output
     assert sorted((tmp / "root" / "objects").iterdir()) == before
+
+
+@pytest.mark.slow
+def test_a_lora_run_from_an_imported_adapter_continues_its_adapters_over_its_base(imported):
+    import jax
+
+    from tests.train._helpers import write_dataset
+    from theseus.errors import BadInput
+    from theseus.hf.peft import lora_checkpoint
+    from theseus.quick import quick
+
+    root, _, _, base, node = imported
+    write_dataset(root, vocab=300)
+    settings = {"architecture": {"dtype": {"activation": "float32"}},
+                "training": {"init_from": node, "batch_size": 4, "per_device_batch_size": 4, "tokens": 4 * 64 * 2},
+                "optimization": {"lr": 1e-3, "warmup_pct": 0.0, "decay_pct": 0.0},
+                "logging": {"checkpoint_interval": 2, "validation_interval": 2}}
+    with quick(root) as q:
+        q.build("llama/train/lora", "continue").config.merge_with(settings)
+        last = q()
+    trained, imported_adapters = lora_checkpoint(root, last), lora_checkpoint(root, node).adapters()
+    assert trained.base == base.id and trained.spec.rank == 4
+    moved = max(float(np.abs(a - b).max()) for a, b in zip(jax.tree.leaves(trained.adapters()),
+                                                           jax.tree.leaves(imported_adapters), strict=True))
+    assert 0 < moved < 0.01  # two small steps from the imported adapters (a fresh lora_b is zeros, theirs is not)
+    with quick(root) as q, pytest.raises(BadInput, match="lora.rank=2: training.init_from"):
+        q.build("llama/train/lora", "other").config.merge_with({**settings, "lora": {"rank": 2}})
+        q()

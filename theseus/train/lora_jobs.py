@@ -8,7 +8,9 @@ parameters are read from its checkpoint onto the mesh and held frozen (`theseus.
 no gradient, no optimizer state, not in checkpoints. The state (adapters, their AdamW moments, the step) starts
 fresh, or is restored from the run's own checkpoint on a resume, which reads the same base again: the resumed run
 continues bit for bit. ``theseus sample`` and ``theseus export`` read base + adapters the same way
-(`restore_frozen`).
+(`restore_frozen`). A ``training.init_from`` naming a LoRA checkpoint (a trained or imported adapter:
+`theseus.hf.peft_import`) continues its adapters: the run adapts that checkpoint's base, with its rank, alpha
+and targets, starting from its adapters and a fresh optimizer (``job.json``'s ``continues`` names it).
 
 The validation loss runs through the forward (base and adapters); the evaluations, analyses and sampling read the
 adapted model as one plain model, the adapters merged into the base (`theseus.train.objective.plain_model`).
@@ -23,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig
 
 from theseus.errors import BadInput, NotFound
@@ -126,11 +129,33 @@ class _Lora:
         return lora_forward(model)
 
 
+def _continued(self: Pretrain, source: Node, folder: str) -> tuple[Node, str] | None:
+    """``(node, folder)`` of the adapters a run starts from when ``training.init_from`` names a LoRA checkpoint (a
+    trained or imported adapter), None for a model: the run then adapts that checkpoint's base, with its rank, alpha
+    and targets (a differing setting of the run is a BadInput)."""
+    adapted = yaml.safe_load(placement.sealed_of(folder, source, self.verify).read(layout.CONFIG_FILE).decode())
+    if not isinstance(adapted.get("lora"), dict):
+        return None
+    defaults = type(self).defaults().lora
+    for key in ("rank", "alpha", "targets"):
+        mine, theirs = self.config.lora[key], adapted["lora"][key]
+        if mine != defaults[key] and mine != theirs:
+            raise BadInput(f"lora.{key}={mine}: training.init_from={source.id} holds adapters of lora.{key}="
+                           f"{theirs}, which this run continues: leave it unset")
+        self.config.lora[key] = theirs
+    self.config.training.init_from = str(adapted["training"]["init_from"])
+    return source, folder
+
+
 def _setup(self: Pretrain) -> None:
     """The pretraining job's setup, ``training.init_from`` first resolved to the exact node id (a nonce's last
-    checkpoint moves on as that run goes on; the adapters apply to one node)."""
+    checkpoint moves on as that run goes on; the adapters apply to one node); a LoRA checkpoint there continues its
+    adapters over its base (`_continued`)."""
+    self._continues = None
     if self.base is None:
-        self.config.training.init_from = base_of(self.store, self.config)[0].id
+        source, folder = base_of(self.store, self.config)
+        self.config.training.init_from = source.id
+        self._continues = _continued(self, source, folder)
     Pretrain.setup(self)
 
 
@@ -138,7 +163,10 @@ def _place(self: Pretrain, checkpoint: str | None, step: int | None, source: Nod
            source_folder: str | None) -> None:
     """A LoRA job's state: fresh adapters over the base ``source``, or the run's own checkpoint over the base its
     config names; then the base frozen on the mesh."""
-    if source is not None:
+    if source is not None and self._continues is not None:  # the adapters of a LoRA checkpoint, a fresh optimizer
+        self.trainer.start_from(self._continues[1], node=self._continues[0], verify=self.verify)
+        self._offset = 0
+    elif source is not None:
         self.trainer.init()
         self._offset = 0
     else:
@@ -150,8 +178,9 @@ def _place(self: Pretrain, checkpoint: str | None, step: int | None, source: Nod
 def _sidecars(self: Pretrain, step: int) -> dict[str, str]:
     """``job.json`` as every checkpoint's, naming the base the adapters apply to (`ADAPTS`)."""
     node = self._node_at(step)
+    continues = {"continues": self._continues[0].id} if getattr(self, "_continues", None) else {}
     return {layout.JOB_FILE: job_json(self.key, node, self.base.id if self.base else None, step=step,
-                                      **{ADAPTS: self._adapts.id})}
+                                      **{ADAPTS: self._adapts.id}, **continues)}
 
 
 def lora_job(pretrain: type[Pretrain], name: str) -> type[Pretrain]:
