@@ -4,7 +4,7 @@ A targeted projection (an ``nn.Dense`` whose "/"-joined module path `LoraSpec.ta
 every projection of attention and MLP) computes ``base(x) + scale * dropout(x) @ A @ B`` with ``A`` [in, rank]
 and ``B`` [rank, out] and ``scale = alpha / rank``. The adapters live in their own tree, the model's path
 to each projection with ``{"lora_a", "lora_b"}`` under it; `apply` runs the unchanged model over the frozen
-params and adds the adapters' term around each targeted Dense call (`flax.linen.intercept_methods`), so a
+params and adds the adapters' term to each targeted Dense call's output (`theseus.model.walk.intercepting`), so a
 gradient taken w.r.t. the adapters never forms a kernel-sized gradient of the base. `merge` folds the
 adapters into the kernels: ``W + scale * A @ B``. Nothing here knows a family: the targets are found by
 tracing the model's own Dense calls (`projections`).
@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from theseus.errors import BadInput
+from theseus.model.walk import Call, intercepting
 
 __all__ = ["LoraSpec", "apply", "init_adapters", "leaves", "merge", "projections"]
 
@@ -114,8 +115,8 @@ def _matches(entry: str, path: str) -> bool:
     return entry == path.rsplit("/", 1)[-1] or re.fullmatch(entry, path) is not None
 
 
-def _is_projection(context: Any) -> bool:
-    return isinstance(context.module, nn.Dense) and context.method_name == "__call__"
+def _is_projection(call: Call) -> bool:
+    return isinstance(call.module, nn.Dense) and call.is_call
 
 
 def projections(model: nn.Module, spec: LoraSpec, block_size: int = 1) -> dict[str, tuple[int, int]]:
@@ -135,12 +136,11 @@ def projections(model: nn.Module, spec: LoraSpec, block_size: int = 1) -> dict[s
     """  # noqa: E501 - a doctest's expected output, printed on one line
     seen: dict[str, tuple[int, int]] = {}
 
-    def record(next_fun, args, kwargs, context):
-        if _is_projection(context):
-            seen["/".join(context.module.path)] = (int(args[0].shape[-1]), int(context.module.features))
-        return next_fun(*args, **kwargs)
+    def record(call: Call) -> None:
+        if _is_projection(call):
+            seen["/".join(call.path)] = (int(call.args[0].shape[-1]), int(call.module.features))
 
-    with nn.intercept_methods(record):
+    with intercepting(on_enter=record):
         jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, block_size), jnp.int32)))
     for entry in spec.entries:
         if not any(_matches(entry, path) for path in seen):
@@ -231,21 +231,19 @@ def apply(model: nn.Module, params: Any, adapters: Mapping[str, Any], spec: Lora
     index = {path: i for i, (path, _) in enumerate(leaves(adapters))}
     dropping = rng is not None and spec.dropout > 0
 
-    def adapt(next_fun, call_args, call_kwargs, context):
-        out = next_fun(*call_args, **call_kwargs)
-        if not _is_projection(context):
-            return out
-        adapter = _find(adapters, tuple(context.module.path))
+    def adapt(call: Call) -> Any:
+        out = call.output
+        adapter = _find(adapters, call.path) if _is_projection(call) else None
         if adapter is None:
             return out
-        x = call_args[0]
+        x = call.args[0]
         if dropping:
-            x = _dropout(x, spec.dropout, jax.random.fold_in(rng, index["/".join(context.module.path)]))
+            x = _dropout(x, spec.dropout, jax.random.fold_in(rng, index["/".join(call.path)]))
         low = jnp.dot(x.astype(out.dtype), adapter["lora_a"].astype(out.dtype))
         delta = jnp.dot(low, adapter["lora_b"].astype(out.dtype))
         return out + jnp.asarray(spec.scale, out.dtype) * delta
 
-    with nn.intercept_methods(adapt):
+    with intercepting(rewrite=adapt):
         return model.apply({"params": params}, *args, **kwargs)
 
 

@@ -1,9 +1,10 @@
 """Walk a flax module tree during a forward pass: every module method call, with its path, its arguments
 and what it returned, handed to a visitor as it happens.
 
-The walk runs under `flax.linen.intercept_methods`, which hands over each call and changes nothing, so a
-model needs no path of its own switched on to be inspected. `find_modules` (the paths of the modules of a
-type, in call order), `theseus.model.debug.capture` (one module's inputs and output) and the analyses'
+The walk runs under `flax.linen.intercept_methods`, which hands over each call and changes nothing (but for
+`intercepting`'s ``rewrite`` hook, through which LoRA changes projections' outputs: this module is the one place
+that intercepts), so a model needs no path of its own switched on to be inspected. `find_modules` (the paths of
+the modules of a type, in call order), `theseus.model.debug.capture` (one module's inputs and output) and the analyses'
 forward trace (`theseus.train.analyses.trace.record`) are all visitors of one walk.
 
 >>> import jax, jax.numpy as jnp
@@ -78,9 +79,13 @@ Visitor = Callable[[Call], Any]
 
 
 @contextlib.contextmanager
-def intercepting(on_return: Visitor | None = None, *, on_enter: Visitor | None = None) -> Iterator[None]:
+def intercepting(on_return: Visitor | None = None, *, on_enter: Visitor | None = None,
+                 rewrite: Visitor | None = None) -> Iterator[None]:
     """Within the block, hand every flax module method call to ``on_enter`` (before it runs) and to
-    ``on_return`` (once it returned, with ``output`` set); a visitor's return value is ignored.
+    ``on_return`` (once it returned, with ``output`` set); a visitor's return value is ignored. ``rewrite``, the
+    one hook that changes the pass, is handed each call once it returned (before ``on_return``) and its return
+    value becomes the call's output, what the caller receives (LoRA adds its adapters' term so:
+    `theseus.model.lora.apply`); return ``call.output`` to leave a call as it is.
 
     >>> import jax, jax.numpy as jnp, flax.linen as nn
     >>> dense = nn.Dense(2)
@@ -90,12 +95,17 @@ def intercepting(on_return: Visitor | None = None, *, on_enter: Visitor | None =
     ...     _ = dense.apply(variables, jnp.ones((4, 3)))
     >>> seen
     [(4, 2)]
+    >>> with intercepting(rewrite=lambda call: call.output * 0 if isinstance(call.module, nn.Dense) else call.output):
+    ...     float(abs(dense.apply(variables, jnp.ones((4, 3)))).max())
+    0.0
     """
     def intercept(next_fun, args, kwargs, context):
         call = Call(context.module, context.method_name, args, kwargs)
         if on_enter is not None:
             on_enter(call)
         output = next_fun(*args, **kwargs)
+        if rewrite is not None:
+            output = rewrite(dataclasses.replace(call, output=output))
         if on_return is not None:
             on_return(dataclasses.replace(call, output=output))
         return output
