@@ -54,7 +54,14 @@ def export_dtype(name: str) -> str:
     return DTYPES[name]
 
 
-def _check_out(out: str) -> None:
+def check_out(out: str) -> None:
+    """Refuse an export folder ``out`` that exists and is not empty (an export never overwrites files): checked
+    before the run is read, so that mistake is named whatever else is wrong.
+
+    >>> import tempfile
+    >>> check_out(tempfile.mkdtemp()) is None
+    True
+    """
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise BadInput(f"{out} exists and is not an empty folder: an export never overwrites files")
 
@@ -203,7 +210,7 @@ def export_hf(root: str | Store, target: str | Node, out: str, dtype: str = "bf1
 
     dtype = export_dtype(dtype)
     out = os.path.abspath(os.fspath(out))
-    _check_out(out)
+    check_out(out)
     store = root if isinstance(root, Store) else Store(root)
     node, folder = checkpoint_for(store, target)
     family = _architecture_family(store, node)

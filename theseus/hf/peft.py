@@ -29,6 +29,7 @@ import numpy as np
 
 from theseus.errors import BadInput, NotFound
 from theseus.hf.convert import TensorMap, UnsupportedModel, tensor_maps
+from theseus.hf.exporter import check_out, export_dtype, export_hf
 from theseus.model.decoder_config import DecoderConfig
 from theseus.model.lora import LoraSpec, leaves
 
@@ -217,8 +218,7 @@ def write_peft(out: str, cfg: DecoderConfig, spec: LoraSpec, adapters: Mapping[s
     """
     from safetensors.numpy import save_file  # lazily: the hf group's library
 
-    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise BadInput(f"{out} exists and is not an empty folder: an export never overwrites files")
+    check_out(out)
     tensors, config = to_peft(cfg, spec, adapters)
     os.makedirs(out, exist_ok=True)
     save_file(tensors, os.path.join(out, ADAPTER_WEIGHTS), metadata={"format": "pt"})
@@ -379,9 +379,10 @@ def export_peft(root: Any, target: Any, out: str) -> dict[str, Any]:
 
     from theseus.store import Store
 
+    out = os.path.abspath(os.fspath(out))
+    check_out(out)  # before the run: a full folder is named whatever else is wrong
     store = root if isinstance(root, Store) else Store(root)
     checkpoint = lora_checkpoint(store, target)
-    out = os.path.abspath(os.fspath(out))
     files = write_peft(out, checkpoint.decoder(), checkpoint.spec, checkpoint.adapters())
     digests = {}
     for name in files:
@@ -406,9 +407,8 @@ def export_model(root: Any, target: Any, out: str, dtype: str = "bf16", merge: b
     ...
     theseus.errors.BadInput: run abc123 has no committed checkpoint in ...
     """
-    from theseus.hf.exporter import export_dtype, export_hf
-
-    export_dtype(dtype)  # an unknown dtype fails before anything is read
+    export_dtype(dtype)  # an unknown dtype or a full folder fails before anything is read
+    check_out(os.fspath(out))
     try:
         checkpoint = lora_checkpoint(root, target)
     except NotLora as e:

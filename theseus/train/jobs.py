@@ -103,10 +103,11 @@ class PretrainRecipe(Recipe):
     """The recipe of `gpt/train/pretrain`: `Recipe`'s parts, with the bits per byte of each dataset's validation
     split among the evaluations.
 
-    >>> [e.name for e in PretrainRecipe.EVALUATION]
-    ['val-loss', 'bits-per-byte']
+    >>> [e.name for e in PretrainRecipe.EVALUATION], PretrainRecipe()._named()
+    (['val-loss', 'bits-per-byte'], 'Pretrain')
     """
 
+    __qualname__ = "Pretrain.RECIPE"  # what it is, as a subclass's (`job_recipe`): messages name the job class
     EVALUATION = (ValidationLoss, BitsPerByte)
 
 

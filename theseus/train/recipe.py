@@ -259,9 +259,18 @@ class Recipe:
                 continue
             readers = [p.name for p in parts("analysis").values() if key in p.reads]
             why = ("training.analyze is false" if not config.training.analyze and self.ANALYSIS
-                   else f"{type(self).__name__}.ANALYSIS lists no analysis that reads it")
+                   else f"{self._named()}.ANALYSIS lists no analysis that reads it")
             raise NotImplementedSetting(f"{key}={value} does nothing here: {why} (read by: "
                                         f"{', '.join(readers) or 'none'}); leave it at {default}")
+
+    def _named(self) -> str:
+        """The class a message names for this recipe's parts: the job class holding it (a job's recipe class is
+        ``<Job>.RECIPE``: the user wrote the job), else the recipe class.
+
+        >>> Recipe()._named()
+        'Recipe'
+        """
+        return type(self).__qualname__.removesuffix(".RECIPE")
 
     def model(self, config: DictConfig) -> nn.Module:
         """The flax module to train (``MODEL.build(config.architecture)``).
