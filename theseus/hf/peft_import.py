@@ -87,7 +87,7 @@ def _read(folder: str, config: dict, family: str, base: str) -> tuple[Any, Any]:
     cfg = DecoderConfig.from_mapping({**config["architecture"], "family": family})
     try:
         spec, adapters = read_peft(folder, cfg)
-    except BadInput:
+    except BadInput:  # a BadInput is a ValueError already naming the problem
         raise
     except ValueError as e:  # a tensor the base's layout cannot hold (numpy's reshape)
         raise BadInput(f"{folder} does not fit the base {base}: {e}") from None
@@ -140,8 +140,8 @@ def import_peft(folder: str, root: str | Store, base: str, name: str | None = No
     if not os.path.isdir(folder):
         raise BadInput(f"{folder} is not a folder")
     store = root if isinstance(root, Store) else Store(root)
-    if not os.path.isfile(os.path.join(folder, ADAPTER_CONFIG)):
-        from theseus.hf.peft import read_peft  # its NotFound names what is missing, before the base is looked up
+    if not all(os.path.isfile(os.path.join(folder, n)) for n in (ADAPTER_CONFIG, ADAPTER_WEIGHTS)):
+        from theseus.hf.peft import read_peft  # its NotFound names the file missing (a folder is checked first)
 
         read_peft(folder, None)
     base_node, base_config, family = base_model(store, str(base))
