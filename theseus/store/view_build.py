@@ -266,18 +266,7 @@ def check_view(index: Index, path: str, runs: dict[tuple[str, str], list[str]], 
     []
     """
     view = read_view(index, path)
-    try:
-        view.summaries  # noqa: B018 (parsed here to check it: readers parse it lazily and skip a damaged one)
-    except ValueError as e:
-        raise CorruptSegment(corrupt_view_message(index, path, e)) from e
-    try:
-        with index.fs.open(path, "rb") as f:
-            table = pq.ParquetFile(f, metadata=view.meta, page_checksum_verification=True).read(use_threads=False)
-    except FileNotFoundError:
-        raise
-    except Exception as e:
-        raise CorruptView(f"corrupt view {rootfs.url(index.fs, path)}: {e}", path) from e
-    frame = pl.from_arrow(table)
+    frame = _read_checked(index, path, view)
     found = []
     for run, number in view.runs.items():
         if nonce is not None and run[1] != nonce:
@@ -294,24 +283,48 @@ def check_view(index: Index, path: str, runs: dict[tuple[str, str], list[str]], 
                               latest=LATEST_KEYS)
         except (CorruptSegment, FileNotFoundError):
             continue  # the segment's own problem (audit reports it), or retired by a compaction since
-        rows = frame.slice(view.starts[number], view.starts[number + 1] - view.starts[number])
-        nodes = rows.select(view_columns(view, view.types, parent=True, written=True))
-        differs = []
-        if not nodes.equals(with_identity(folded.frame, *run)) or not (rows[RUN] == number).all():
-            differs.append("nodes")
-        if view.keys(number) != union_keys(f.keys for f in footers):
-            differs.append("key types")
-        if view.stamps[number] != run_stamp(footers):
-            differs.append("stamp")
-        if not same_records(view.latest(number), {k: v for k, v in folded.latest.items() if k in RUN_KEYS}):
-            differs.append("latest records")
-        summary = view.summary(number)
-        if summary is not None and (tuple(summary[:3]) != run_counts(folded.frame) or not same_records(
-                summary.latest, {k: v for k, v in folded.latest.items() if k in SUMMARY_KEYS})):
-            differs.append("run summary")
+        differs = _run_differences(view, frame, run, number, folded, footers)
         if differs:
             found.append(f"{run[0]}:{run[1]} ({', '.join(differs)} differ from the log's fold)")
     return found
+
+
+def _read_checked(index: Index, path: str, view) -> pl.DataFrame:
+    """The whole view at ``path`` as a frame, its summaries parsed and every page checked against its
+    CRC on the way (raising CorruptSegment/CorruptView naming the view when one fails)."""
+    try:
+        view.summaries  # noqa: B018 (parsed here to check it: readers parse it lazily and skip a damaged one)
+    except ValueError as e:
+        raise CorruptSegment(corrupt_view_message(index, path, e)) from e
+    try:
+        with index.fs.open(path, "rb") as f:
+            table = pq.ParquetFile(f, metadata=view.meta, page_checksum_verification=True).read(use_threads=False)
+    except FileNotFoundError:
+        raise
+    except Exception as e:
+        raise CorruptView(f"corrupt view {rootfs.url(index.fs, path)}: {e}", path) from e
+    return pl.from_arrow(table)
+
+
+def _run_differences(view, frame: pl.DataFrame, run: tuple[str, str], number: int, folded, footers) -> list[str]:
+    """What of run ``run`` (the view's ``number``) differs from the log's own fold ``folded`` of its
+    segments' ``footers``: its nodes, key types, stamp, latest records and summary, by name."""
+    rows = frame.slice(view.starts[number], view.starts[number + 1] - view.starts[number])
+    nodes = rows.select(view_columns(view, view.types, parent=True, written=True))
+    differs = []
+    if not nodes.equals(with_identity(folded.frame, *run)) or not (rows[RUN] == number).all():
+        differs.append("nodes")
+    if view.keys(number) != union_keys(f.keys for f in footers):
+        differs.append("key types")
+    if view.stamps[number] != run_stamp(footers):
+        differs.append("stamp")
+    if not same_records(view.latest(number), {k: v for k, v in folded.latest.items() if k in RUN_KEYS}):
+        differs.append("latest records")
+    summary = view.summary(number)
+    if summary is not None and (tuple(summary[:3]) != run_counts(folded.frame) or not same_records(
+            summary.latest, {k: v for k, v in folded.latest.items() if k in SUMMARY_KEYS})):
+        differs.append("run summary")
+    return differs
 
 
 def same_records(left: dict[str, tuple], right: dict[str, tuple]) -> bool:
