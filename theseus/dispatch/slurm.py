@@ -40,6 +40,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 from theseus.dispatch.remote import (
@@ -183,49 +184,76 @@ def launch_slurm(spec: Any, placement: Any, tarball: bytes, *, uv: str | None = 
     require_host(host, "slurm", "launch_slurm needs a slurm host")
     login = Login.of(host, known_hosts)
     work_dir = absolute(placement.cluster.work_dir, login.home())
-    ping = login.run("scontrol ping", timeout=60)
-    if ping.returncode != 0 or not re.search(rb"\bis UP\b", ping.stdout):
-        said = " ".join(line.strip() for line in (ping.stdout + ping.stderr).decode(errors="replace").splitlines()
-                        if line.strip() and not line.startswith("*"))
-        raise HostUnreachable(f"the SLURM controller of host {host.name!r} does not answer `scontrol ping` on "
-                              f"{login.where}: {said or 'no output'}; nothing was shipped or submitted")
+    _require_controller(login, host.name)
     stage = new_stage(work_dir, spec.nonce)
     files = stage_files(spec, tarball, work_dir, stage)
     files["job.sbatch"] = sbatch_script(spec, placement, stage, uv).encode()
     ship(login.run, login.where, stage, files)
-    submitted = login.run(f"sbatch --parsable {shlex.quote(stage + '/job.sbatch')}", timeout=120)
-    job_id = submitted.stdout.decode(errors="replace").strip().split(";")[0]
-    if submitted.returncode != 0 or not job_id.isdigit():
-        raise LaunchFailed(f"sbatch refused the job on {login.where}: "
-                           f"{(submitted.stdout + submitted.stderr).decode(errors='replace').strip()}")
+    job_id = _submit(login, stage)
     out_file = f"{stage}/slurm-{job_id}.out"
     follow = _Follow(login, out_file, stream)
-    deadline = time.monotonic() + timeout
-    try:
-        while _queued(login, job_id):
-            follow.read()
-            if time.monotonic() > deadline:
-                _cancel(login, job_id)
-                follow.read()
-                raise LaunchFailed(f"SLURM job {job_id} ({spec.job_key} {spec.run_name!r}) ran past its deadline "
-                                   f"of {timeout:.0f} s and was cancelled; output in {login.where}:{out_file}; "
-                                   f"last lines:\n{follow.tail()}", (None,), follow.tail(), stage)
-            time.sleep(poll)
-    except (KeyboardInterrupt, SystemExit):  # the job is ours: interrupted here, it is cancelled there
-        _cancel(login, job_id)
-        raise
+    _await_end(login, job_id, follow, time.monotonic() + timeout, poll, lambda: LaunchFailed(
+        f"SLURM job {job_id} ({spec.job_key} {spec.run_name!r}) ran past its deadline "
+        f"of {timeout:.0f} s and was cancelled; output in {login.where}:{out_file}; "
+        f"last lines:\n{follow.tail()}", (None,), follow.tail(), stage))
     follow.read()
-    shown = login.run(f"scontrol show job {job_id}", timeout=60)
-    state, code = job_state(shown.stdout.decode(errors="replace"))
-    if state == "UNKNOWN":  # the controller forgot the job (MinJobAge): the script wrote srun's status
-        written = login.run(f"cat {shlex.quote(stage + '/exit-code')}").stdout.decode().strip()
-        state, code = ("COMPLETED" if written == "0" else "FAILED"), f"{written or '?'}:0"
+    state, code = _end_state(login, job_id, stage)
     status = int(code.split(":")[0]) if code.split(":")[0].isdigit() else 1
     if state != "COMPLETED":
         raise LaunchFailed(f"SLURM job {job_id} ({spec.job_key} {spec.run_name!r}) ended {state} with exit code "
                            f"{code}; output in {login.where}:{out_file}; last lines:\n{follow.tail()}",
                            (status,), follow.tail(), stage)
     return Launched(host.name, stage, spec.first_node().id, (status,), follow.tail(), job_id)
+
+
+def _require_controller(login: Login, host_name: str) -> None:
+    """Raise HostUnreachable unless the SLURM controller answers ``scontrol ping`` (checked before anything
+    is shipped, so that a dead controller costs nothing)."""
+    ping = login.run("scontrol ping", timeout=60)
+    if ping.returncode != 0 or not re.search(rb"\bis UP\b", ping.stdout):
+        said = " ".join(line.strip() for line in (ping.stdout + ping.stderr).decode(errors="replace").splitlines()
+                        if line.strip() and not line.startswith("*"))
+        raise HostUnreachable(f"the SLURM controller of host {host_name!r} does not answer `scontrol ping` on "
+                              f"{login.where}: {said or 'no output'}; nothing was shipped or submitted")
+
+
+def _submit(login: Login, stage: str) -> str:
+    """``sbatch`` the staged ``job.sbatch``, returning its job id (LaunchFailed naming sbatch's words when
+    it refuses)."""
+    submitted = login.run(f"sbatch --parsable {shlex.quote(stage + '/job.sbatch')}", timeout=120)
+    job_id = submitted.stdout.decode(errors="replace").strip().split(";")[0]
+    if submitted.returncode != 0 or not job_id.isdigit():
+        raise LaunchFailed(f"sbatch refused the job on {login.where}: "
+                           f"{(submitted.stdout + submitted.stderr).decode(errors='replace').strip()}")
+    return job_id
+
+
+def _await_end(login: Login, job_id: str, follow: _Follow, deadline: float, poll: float,
+               overdue: Callable[[], Exception]) -> None:
+    """Stream the job's output while it is queued; past ``deadline`` (monotonic) cancel it and raise
+    ``overdue()``, and cancel it too when interrupted here (the job is ours)."""
+    try:
+        while _queued(login, job_id):
+            follow.read()
+            if time.monotonic() > deadline:
+                _cancel(login, job_id)
+                follow.read()
+                raise overdue()
+            time.sleep(poll)
+    except (KeyboardInterrupt, SystemExit):  # the job is ours: interrupted here, it is cancelled there
+        _cancel(login, job_id)
+        raise
+
+
+def _end_state(login: Login, job_id: str, stage: str) -> tuple[str, str]:
+    """The ended job's ``(state, exit code)`` from ``scontrol``, or from the status the script wrote when the
+    controller has forgotten the job (MinJobAge)."""
+    shown = login.run(f"scontrol show job {job_id}", timeout=60)
+    state, code = job_state(shown.stdout.decode(errors="replace"))
+    if state == "UNKNOWN":  # the controller forgot the job (MinJobAge): the script wrote srun's status
+        written = login.run(f"cat {shlex.quote(stage + '/exit-code')}").stdout.decode().strip()
+        state, code = ("COMPLETED" if written == "0" else "FAILED"), f"{written or '?'}:0"
+    return state, code
 
 
 def _cancel(login: Login, job_id: str, wait: float = 60) -> None:
