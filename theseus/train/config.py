@@ -312,6 +312,14 @@ def check_config(cfg: DictConfig, schema: type) -> None:
     ...
     theseus.mirror.sinks.MirrorUnavailable: unknown mirror backend 'mlflow'; choose one of comet, tensorboard, wandb
     """
+    _refuse_unread_keys(cfg, schema)
+    batch_size = _check_run_length(cfg.training)
+    _check_logging(cfg.logging)
+    _check_sizes(cfg, batch_size)
+
+
+def _refuse_unread_keys(cfg: DictConfig, schema: type) -> None:
+    """Raise for a `NOT_IMPLEMENTED` or `SCHEDULE_KEYS` key moved off its default, since nothing reads it."""
     defaults = OmegaConf.structured(schema)
     for key, instead in NOT_IMPLEMENTED.items():
         value, default = OmegaConf.select(cfg, key), OmegaConf.select(defaults, key)
@@ -325,30 +333,44 @@ def check_config(cfg: DictConfig, schema: type) -> None:
         if value != default:
             raise NotImplementedSetting(f"{key}={value} is not implemented for this job's schedule "
                                         f"(it has no {used}); leave it at {default}")
-    training = cfg.training
-    B = _positive_int("training.batch_size", training.batch_size)
+
+
+def _check_run_length(training: DictConfig) -> int:
+    """The positive ``training.batch_size``, after checking that at most one of steps/tokens is set, positive."""
+    batch_size = _positive_int("training.batch_size", training.batch_size)
     if training.steps is not None and training.tokens is not None:
         raise BadInput(f"training.steps={training.steps} and training.tokens={training.tokens} both set the run's "
                          "length: set one, and the other to null (e.g. training.tokens=null)")
     for name in ("steps", "tokens"):
         if training[name] is not None:
             _positive_int(f"training.{name}", training[name])
+    return batch_size
+
+
+def _check_logging(logging: DictConfig) -> None:
+    """Refuse non-positive intervals, an unusable retention policy and an unknown or uninstalled mirror."""
     for name in ("report_interval", "checkpoint_interval", "validation_interval"):
-        _positive_int(f"logging.{name}", getattr(cfg.logging, name))
-    Policy.from_config(cfg.logging)  # checkpoint retention: a value no run can use is refused here
-    if cfg.logging.remote:
-        require(cfg.logging.remote_backend)
-        if cfg.logging.remote_backend == "comet" and cfg.logging.remote_dir and not cfg.logging.remote_offline:
+        _positive_int(f"logging.{name}", getattr(logging, name))
+    Policy.from_config(logging)  # checkpoint retention: a value no run can use is refused here
+    if logging.remote:
+        require(logging.remote_backend)
+        if logging.remote_backend == "comet" and logging.remote_dir and not logging.remote_offline:
             raise NotImplementedSetting(
-                f"logging.remote_dir={cfg.logging.remote_dir!r} is where Comet writes offline archives, and an online "
+                f"logging.remote_dir={logging.remote_dir!r} is where Comet writes offline archives, and an online "
                 "Comet experiment writes none: set logging.remote_offline=True or leave remote_dir empty")
     else:
-        backend(cfg.logging.remote_backend)
+        backend(logging.remote_backend)
+
+
+def _check_sizes(cfg: DictConfig, batch_size: int) -> None:
+    """Refuse batch, block, vocabulary and eval sizes no run can use, and a token budget under one step."""
+    training = cfg.training
     if training.validation_steps < 0:
         raise BadInput(f"training.validation_steps must be >= 0, got {training.validation_steps}")
     requested = training.per_device_batch_size
     if isinstance(requested, bool) or (requested != -1 and requested <= 0):
         raise BadInput(f"training.per_device_batch_size must be -1 (probe) or positive, got {requested}")
+    B = batch_size
     T = _positive_int("architecture.block_size", cfg.architecture.block_size)
     if training.tokens is not None and int(training.tokens) // (B * T) < 1:
         raise BadInput(f"training.tokens {training.tokens} is less than one step of batch_size {B} * block_size "
