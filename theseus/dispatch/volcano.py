@@ -87,38 +87,9 @@ def volcano_manifest(spec: LaunchSpec, placement: Placement, *, tarball: str | N
     host, cluster = placement.host, placement.cluster
     if not isinstance(host, VolcanoHost):
         raise TypeError(f"a Volcano manifest needs a volcano host, got {host.type} host {host.name!r}")
-    mount = host.volume.mount_path
-    tarball = tarball or posixpath.join(cluster.work_dir, f"{spec.revision}.tar.gz")
-    if not _under(tarball, mount):
-        raise BadInput(f"the code tarball {tarball} is not on host {host.name!r}'s volume (mounted at {mount}): "
-                         f"pods could not read it (set cluster {cluster.name!r}'s work_dir under {mount})")
-    if "://" not in spec.root and not _under(spec.root, mount):
-        raise BadInput(f"root {spec.root} is neither on host {host.name!r}'s volume (mounted at {mount}) nor a URL: "
-                         "what the pods write would be lost")
+    tarball = _pod_tarball(spec, host, cluster, tarball)
     name = job_name(spec)
-    env = {**host.env, "THESEUS_NUM_PROCESSES": str(placement.processes)}
-    if placement.processes > 1:
-        env["THESEUS_COORDINATOR"] = f"{name}-{TASK}-0.{name}:{COORDINATOR_PORT}"
-    resources_: dict[str, Any] = {}
-    if host.chip == "cpu":
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={placement.chips_per_process}"
-    else:
-        resources_[host.chip_resource] = placement.chips_per_process
-    if host.memory_gb is not None:
-        resources_["memory"] = f"{host.memory_gb:g}Gi"
-    if host.cpus is not None:
-        resources_["cpu"] = host.cpus
-    preamble = ['export THESEUS_PROCESS_ID="${VC_TASK_INDEX:?the Volcano env plugin sets VC_TASK_INDEX}"']
-    container = {
-        "name": "theseus",
-        "image": host.image,
-        "command": ["/bin/bash", "-c", launch_script(spec, POD_WORK_DIR, tarball, preamble)],
-        "env": [{"name": k, "value": v} for k, v in env.items()],
-        "ports": [{"containerPort": COORDINATOR_PORT, "name": "coordinator"}],
-        "volumeMounts": [{"name": VOLUME, "mountPath": mount}],
-    }
-    if resources_:
-        container["resources"] = {"limits": resources_}
+    container = _container(spec, placement, name, tarball)
     manifest = {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
@@ -145,6 +116,51 @@ def volcano_manifest(spec: LaunchSpec, placement: Placement, *, tarball: str | N
     }
     validate_manifest(manifest)
     return manifest
+
+
+def _pod_tarball(spec: LaunchSpec, host: VolcanoHost, cluster: Any, tarball: str | None) -> str:
+    """The code tarball's path inside the pods (default ``<work_dir>/<revision>.tar.gz``), refused (BadInput)
+    when it or a root that is not a URL lies off the host's volume, where pods could not read or keep it."""
+    mount = host.volume.mount_path
+    tarball = tarball or posixpath.join(cluster.work_dir, f"{spec.revision}.tar.gz")
+    if not _under(tarball, mount):
+        raise BadInput(f"the code tarball {tarball} is not on host {host.name!r}'s volume (mounted at {mount}): "
+                         f"pods could not read it (set cluster {cluster.name!r}'s work_dir under {mount})")
+    if "://" not in spec.root and not _under(spec.root, mount):
+        raise BadInput(f"root {spec.root} is neither on host {host.name!r}'s volume (mounted at {mount}) nor a URL: "
+                         "what the pods write would be lost")
+    return tarball
+
+
+def _container(spec: LaunchSpec, placement: Placement, name: str, tarball: str) -> dict[str, Any]:
+    """The pod's one container of Job ``name``: its image, launch script, environment (the process count, the
+    coordinator when several), the coordinator port, the volume and the chips, memory and cpus it asks for."""
+    host = placement.host
+    mount = host.volume.mount_path
+    env = {**host.env, "THESEUS_NUM_PROCESSES": str(placement.processes)}
+    if placement.processes > 1:
+        env["THESEUS_COORDINATOR"] = f"{name}-{TASK}-0.{name}:{COORDINATOR_PORT}"
+    resources_: dict[str, Any] = {}
+    if host.chip == "cpu":
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={placement.chips_per_process}"
+    else:
+        resources_[host.chip_resource] = placement.chips_per_process
+    if host.memory_gb is not None:
+        resources_["memory"] = f"{host.memory_gb:g}Gi"
+    if host.cpus is not None:
+        resources_["cpu"] = host.cpus
+    preamble = ['export THESEUS_PROCESS_ID="${VC_TASK_INDEX:?the Volcano env plugin sets VC_TASK_INDEX}"']
+    container = {
+        "name": "theseus",
+        "image": host.image,
+        "command": ["/bin/bash", "-c", launch_script(spec, POD_WORK_DIR, tarball, preamble)],
+        "env": [{"name": k, "value": v} for k, v in env.items()],
+        "ports": [{"containerPort": COORDINATOR_PORT, "name": "coordinator"}],
+        "volumeMounts": [{"name": VOLUME, "mountPath": mount}],
+    }
+    if resources_:
+        container["resources"] = {"limits": resources_}
+    return container
 
 
 def validate_manifest(manifest: dict[str, Any]) -> None:
