@@ -127,6 +127,20 @@ def record(model: nn.Module, params: Any, tokens: Any) -> Trace:
     tokens = np.asarray(tokens, np.int32)
     if tokens.ndim != 2 or tokens.shape[1] == 0:
         raise BadInput(f"tokens must be [rows, time] with at least one token, got shape {tokens.shape}")
+    found = _capture(model, params, tokens)
+    if found["top"] is None or not found["blocks"]:
+        known = " or ".join(f"{a.model.__module__}.{a.model.__name__}" for a in ADAPTERS)
+        raise BadInput(f"the analyses read a model they have an adapter for ({known}); this job's model "
+                         f"{type(model).__name__} calls none")
+    return _assemble(found, tokens, params)
+
+
+def _capture(model: nn.Module, params: Any, tokens: np.ndarray) -> dict[str, Any]:
+    """Walk ``model`` on ``tokens``, keeping the outermost model call its adapter and what that adapter reads.
+
+    The result holds ``top`` and ``adapter`` (None when no adapter knows any call), and per module path the
+    ``blocks`` (input, output), ``attn`` and ``mlp`` outputs and the adapter's own captures (``qkv``, ``mixed``).
+    """
     found: dict[str, Any] = {"top": None, "adapter": None, "blocks": {}, "attn": {}, "mlp": {}, "qkv": {},
                              "mixed": {}}
 
@@ -155,11 +169,12 @@ def record(model: nn.Module, params: Any, tokens: Any) -> Trace:
 
     walk(model, {"params": local_params(params)}, jnp.asarray(tokens), on_enter=entered, on_return=returned,
          deterministic=True)
+    return found
+
+
+def _assemble(found: dict[str, Any], tokens: np.ndarray, params: Any) -> Trace:
+    """The `Trace` of what `_capture` found: per-layer arrays stacked in block order, the top model's params."""
     top, adapter = found["top"], found["adapter"]
-    if top is None or not found["blocks"]:
-        known = " or ".join(f"{a.model.__module__}.{a.model.__name__}" for a in ADAPTERS)
-        raise BadInput(f"the analyses read a model they have an adapter for ({known}); this job's model "
-                         f"{type(model).__name__} calls none")
     base = tuple(top.path)
     names = [base + (f"blocks_{i}",) for i in range(top.config.n_layers)]
     sub = local_params(params)
