@@ -1,14 +1,13 @@
 """``theseus export tensorboard``: TensorBoard event files for runs already in a root.
 
-Each run becomes ``<out>/<name>/<nonce>/``, the layout the live TensorBoard mirror
-writes: every user key of every node is a scalar at the node's training step (its seq,
-plus the step its lineage branched at: a branch's seq 0 is the state after its base's
-steps), the run's name, nonce and config are text. ``tensorboard --logdir <out>`` then
-shows any root, however its runs were made. A run folder that already holds an event file
-is refused (written twice, TensorBoard would show every point twice). Each run's event
-file is published whole (`EventFile`): an export interrupted or failing part way leaves
-the runs it finished and no event file of the others, only a temporary name TensorBoard
-skips, so running it again exports them.
+Each run becomes ``<out>/<name>/<nonce>/``, the layout the live TensorBoard mirror writes: every
+user key of every node is a scalar at the node's training step (its seq, plus the step its lineage
+branched at: a branch's seq 0 is the state after its base's steps, a fine-tuning run's is step 0),
+the run's name, nonce and config are text. ``tensorboard --logdir <out>`` then shows any root,
+however its runs were made. A run folder that already holds an event file is refused (written twice,
+TensorBoard would show every point twice). Each run's event file is published whole (`EventFile`):
+an export interrupted or failing part way leaves the runs it finished and no event file of the
+others, only a temporary name TensorBoard skips, so running it again exports them.
 
 >>> import tempfile
 >>> from theseus.store import Node, Store
@@ -35,8 +34,10 @@ from theseus.store import EmptyResult, Node, Store, schema
 
 
 def step_offset(store: Store, nonce: str, _seen: frozenset[str] = frozenset()) -> int:
-    """The training step of seq 0 of lineage ``nonce``: 0 for a fresh lineage, else its base node's step
-    (the base's seq plus its own lineage's offset). A base lineage missing from the root counts from 0.
+    """The training step of seq 0 of lineage ``nonce``: the ``train/step`` its seq 0 records (a training job
+    places its start there, so a fine-tuning run over a checkpoint counts from 0 as its live mirror does), else 0
+    for a fresh lineage, else its base node's step (the base's seq plus its own lineage's offset). A base lineage
+    missing from the root counts from 0.
 
     >>> import tempfile
     >>> from theseus.store import Node, Store
@@ -47,6 +48,11 @@ def step_offset(store: Store, nonce: str, _seen: frozenset[str] = frozenset()) -
     ...     w.write(base, {"x": 1}); w.write(branch, {"x": 2})
     >>> step_offset(store, base.nonce), step_offset(store, branch.nonce)
     (0, 2)
+    >>> tuned = Node.start("c", parent=base.id)          # a fine-tuning run over it: its own steps from 0
+    >>> with store.writer() as w:
+    ...     w.write(tuned, {"train/step": 0})
+    >>> step_offset(store, tuned.nonce)
+    0
     """
     if nonce in _seen:
         raise BadInput(f"lineage {nonce} is its own ancestor (a corrupt parent chain)")
@@ -54,6 +60,9 @@ def step_offset(store: Store, nonce: str, _seen: frozenset[str] = frozenset()) -
         first = store.find().nonce(nonce).seq(0).first()
     except EmptyResult:
         return 0
+    recorded = store.record(first).get("train/step")
+    if recorded is not None:
+        return int(recorded)
     if first.parent is None:
         return 0
     base = Node.from_id(first.parent)
