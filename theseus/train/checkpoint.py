@@ -307,18 +307,27 @@ def _process_file(k: int) -> str:
     return f"{CHECKPOINT}/process-{k:05d}.json"
 
 
+@dataclasses.dataclass(frozen=True)
+class _Processes:
+    """This process among those saving one checkpoint: its ``index`` of ``count``, and the ``tag`` and
+    ``timeout_s`` of the barriers that order their writes."""
+
+    index: int
+    count: int
+    tag: str
+    timeout_s: float
+
+
 def _commit(
     folder: str,
     plans: list[_LeafPlan],
     treedef: str,
     sidecars: dict[str, bytes],
-    process_index: int,
-    process_count: int,
-    tag: str,
-    timeout_s: float,
+    processes: _Processes,
     on_commit: Callable[[str], Any] | None,
 ) -> None:
     """Everything after the device-to-host copy: arrays, index, sidecars, manifest (in that order)."""
+    process_index, process_count, tag, timeout_s = processes.index, processes.count, processes.tag, processes.timeout_s
     is_main = process_index == 0
     entries = _write_arrays(folder, plans, is_main)
     mine = json.dumps({"files": [dataclasses.asdict(e) for e in entries]}).encode()
@@ -408,8 +417,8 @@ class Checkpointer:
         def run() -> None:
             try:
                 _commit(
-                    folder, plans, treedef, sidecar_bytes, process_index, process_count,
-                    tag, self._barrier_timeout_s, on_commit,
+                    folder, plans, treedef, sidecar_bytes,
+                    _Processes(process_index, process_count, tag, self._barrier_timeout_s), on_commit,
                 )
             except BaseException as e:  # re-raised on the caller's thread by wait()
                 self._error = e
@@ -468,8 +477,21 @@ def save_streamed(folder: str, leaves: Iterable[tuple[str, np.ndarray]],
     if is_complete(folder):
         raise BadInput(f"{folder} already holds a committed checkpoint")
     rootfs.remove_tree_except(folder, ANALYSIS)  # an interrupted save's garbage, as Checkpointer.save clears it
-    context = ts.Context()
     local = rootfs.local_path(folder) if rootfs.is_local(folder) and sys.byteorder == "little" else None
+    plans, entries, tree, chunks = _stream_leaves(folder, leaves, local)
+    if local is not None:  # the chunks' new entries and folders, each folder synced once
+        direct_io.sync_folders(os.path.dirname(local), [os.path.join(local, rel) for rel in chunks])
+    if sidecar_bytes is None:
+        sidecar_bytes = _check_sidecars(sidecars())
+    _publish_streamed(folder, plans, entries, tree, sidecar_bytes)
+
+
+def _stream_leaves(folder: str, leaves: Iterable[tuple[str, np.ndarray]],
+                   local: str | None) -> tuple[list[_LeafPlan], list[mf.FileEntry], dict, list[str]]:
+    """Write and hash every leaf of ``leaves`` into ``folder`` (``local``: its local path, where chunks are
+    written directly), a bounded number in flight: the leaves' plans, their files' entries, the nested tree
+    of their names, and the chunk files written directly (to sync)."""
+    context = ts.Context()
     plans, entries, tree, chunks = [], [], {}, []
     # leaves being written and hashed, oldest first: (TensorStore write, hash or direct write, bytes); the disk
     # works on several (their syncs overlap) while this process converts the next, and the bytes held stay bounded
@@ -484,32 +506,10 @@ def save_streamed(folder: str, leaves: Iterable[tuple[str, np.ndarray]],
 
     try:
         for name, leaf in leaves:
-            parts = name.split("/")
-            if not parts or any(p in ("", ".", "..") or "\\" in p for p in parts) or _RESERVED.fullmatch(name):
-                raise BadInput(f"leaf name {name!r} cannot be a folder of a checkpoint")
-            data = np.asarray(leaf)  # a scalar stays one (ascontiguousarray makes it 1-d), as save stores it
-            direct = local is not None and data.size and data.dtype.isnative  # any layout: written in C order
-            data = data if direct or data.flags.c_contiguous else np.ascontiguousarray(data)
-            chunk = tuple(max(d, 1) for d in data.shape)
-            full = tuple((0, d) for d in data.shape)
-            plan = _LeafPlan(name, [["dict", p] for p in parts], tuple(data.shape), data.dtype, chunk, [])
-            node = tree
-            for p in parts[:-1]:
-                node = node.setdefault(p, {})
-            if not isinstance(node, dict) or parts[-1] in node:
-                raise BadInput(f"leaf name {name!r} is used twice or is inside another leaf")
-            node[parts[-1]] = 0
-            spec = _zarr_spec(folder, name, plan.shape, plan.dtype, chunk)
-            written = ts.open(spec, create=True, context=context)  # writes the array's zarr.json
-            if direct:  # its chunk is written here, meanwhile
-                hashed = hashing.submit(_write_chunk, local, plan, data)
-                chunks.append(_chunk_file(name, tuple(0 for _ in data.shape), chunk))
-            else:  # the leaf is never changed once given, so TensorStore writes it without a copy of its own
-                store = written.result()
-                written = store.write(data, can_reference_source_data_indefinitely=True) if data.size else written
-                shards = [(full, data)] if data.size else []
-                hashed = hashing.submit(lambda plan=plan, shards=shards: [_shard_entry(plan, b, a) for b, a in shards])
-            pending.append((written, hashed, data.nbytes))
+            plan, written, hashed, nbytes, chunk = _start_leaf(folder, name, leaf, tree, local, context, hashing)
+            if chunk is not None:
+                chunks.append(chunk)
+            pending.append((written, hashed, nbytes))
             plans.append(plan)
             settle(_STREAM_BYTES, 1)
         settle(0, 0)
@@ -520,10 +520,45 @@ def save_streamed(folder: str, leaves: Iterable[tuple[str, np.ndarray]],
         raise
     finally:
         hashing.shutdown(wait=True)
-    if local is not None:  # the chunks' new entries and folders, each folder synced once
-        direct_io.sync_folders(os.path.dirname(local), [os.path.join(local, rel) for rel in chunks])
-    if sidecar_bytes is None:
-        sidecar_bytes = _check_sidecars(sidecars())
+    return plans, entries, tree, chunks
+
+
+def _start_leaf(folder: str, name: str, leaf: np.ndarray, tree: dict, local: str | None, context: Any,
+                hashing: ThreadPoolExecutor) -> tuple[_LeafPlan, Any, Any, int, str | None]:
+    """Start writing leaf ``name`` (added to ``tree``, BadInput when its name cannot be a folder or is taken):
+    its plan, TensorStore write, hash (or direct write, on ``hashing``), bytes, and chunk file when written
+    directly into ``local``."""
+    parts = name.split("/")
+    if not parts or any(p in ("", ".", "..") or "\\" in p for p in parts) or _RESERVED.fullmatch(name):
+        raise BadInput(f"leaf name {name!r} cannot be a folder of a checkpoint")
+    data = np.asarray(leaf)  # a scalar stays one (ascontiguousarray makes it 1-d), as save stores it
+    direct = local is not None and data.size and data.dtype.isnative  # any layout: written in C order
+    data = data if direct or data.flags.c_contiguous else np.ascontiguousarray(data)
+    chunk = tuple(max(d, 1) for d in data.shape)
+    full = tuple((0, d) for d in data.shape)
+    plan = _LeafPlan(name, [["dict", p] for p in parts], tuple(data.shape), data.dtype, chunk, [])
+    node = tree
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+    if not isinstance(node, dict) or parts[-1] in node:
+        raise BadInput(f"leaf name {name!r} is used twice or is inside another leaf")
+    node[parts[-1]] = 0
+    spec = _zarr_spec(folder, name, plan.shape, plan.dtype, chunk)
+    written = ts.open(spec, create=True, context=context)  # writes the array's zarr.json
+    if direct:  # its chunk is written here, meanwhile
+        hashed = hashing.submit(_write_chunk, local, plan, data)
+        return plan, written, hashed, data.nbytes, _chunk_file(name, tuple(0 for _ in data.shape), chunk)
+    # the leaf is never changed once given, so TensorStore writes it without a copy of its own
+    store = written.result()
+    written = store.write(data, can_reference_source_data_indefinitely=True) if data.size else written
+    shards = [(full, data)] if data.size else []
+    hashed = hashing.submit(lambda: [_shard_entry(plan, b, a) for b, a in shards])
+    return plan, written, hashed, data.nbytes, None
+
+
+def _publish_streamed(folder: str, plans: list[_LeafPlan], entries: list[mf.FileEntry], tree: dict,
+                      sidecar_bytes: dict[str, bytes]) -> None:
+    """Commit a streamed save: the process file, index and sidecars, then the MANIFEST listing every file."""
     metadata = [f"{CHECKPOINT}/{plan.name}/zarr.json" for plan in plans]
     contents = rootfs.read_many([rootfs.join(folder, rel) for rel in metadata])
     entries.extend(mf.FileEntry.of_bytes(rel, data) for rel, data in zip(metadata, contents, strict=True))
@@ -700,7 +735,21 @@ def restore(
     index = _parse_index(sealed.read(f"{CHECKPOINT}/{INDEX}", check=verify), sealed.where(f"{CHECKPOINT}/{INDEX}"))
     entries = {e["path"]: e for e in index["leaves"]}
     flat, treedef = _flatten(target)
+    report, wanted, values = _match(folder, flat, entries, partial)
+    if not partial and not report.exact:
+        _refuse_mismatch(folder, report)
+    chunks = {name: tuple(max(int(c), 1) for c in entries[name].get("chunk_shape", wanted[name][0]))
+              for name in wanted}
+    arrays = _read_arrays(sealed, wanted, chunks, verify)
+    out = [arrays.get(name, value) for (name, _, _), value in zip(flat, values, strict=True)]
+    return jax.tree_util.tree_unflatten(treedef, out), report
 
+
+def _match(folder: str, flat: list[tuple[str, Any, list]], entries: dict[str, dict],
+           partial: bool) -> tuple[RestoreReport, dict[str, tuple[tuple, np.dtype, Any]], list[Any]]:
+    """Pair the target's leaves ``flat`` with the checkpoint's index ``entries``: the report, the
+    ``(shape, dtype, sharding)`` of each leaf to read, and each target leaf's initial value (BadInput when
+    ``partial`` keeps a leaf it cannot read and the target holds no value for it)."""
     report = RestoreReport()
     wanted: dict[str, tuple[tuple, np.dtype, Any]] = {}
     values: list[Any] = []
@@ -721,25 +770,22 @@ def restore(
         values.append(initial)
     target_names = {name for name, _, _ in flat}
     report.unused = [name for name in entries if name not in target_names]
+    return report, wanted, values
 
-    if not partial and not report.exact:
-        problems = []
-        if report.missing:
-            problems.append(f"not in checkpoint: {_names(report.missing)}")
-        if report.mismatched:
-            problems.append("shape/dtype mismatch: " + _names([f"{k} ({v})" for k, v in report.mismatched.items()]))
-        if report.unused:
-            problems.append(f"not in target: {_names(report.unused)}")
-        raise BadInput(
-            f"checkpoint {folder} does not match the target: {'; '.join(problems)} "
-            "(partial=True restores what matches)"
-        )
 
-    chunks = {name: tuple(max(int(c), 1) for c in entries[name].get("chunk_shape", wanted[name][0]))
-              for name in wanted}
-    arrays = _read_arrays(sealed, wanted, chunks, verify)
-    out = [arrays.get(name, value) for (name, _, _), value in zip(flat, values, strict=True)]
-    return jax.tree_util.tree_unflatten(treedef, out), report
+def _refuse_mismatch(folder: str, report: RestoreReport) -> None:
+    """Raise BadInput naming the leaves by which checkpoint ``folder`` differs from the target."""
+    problems = []
+    if report.missing:
+        problems.append(f"not in checkpoint: {_names(report.missing)}")
+    if report.mismatched:
+        problems.append("shape/dtype mismatch: " + _names([f"{k} ({v})" for k, v in report.mismatched.items()]))
+    if report.unused:
+        problems.append(f"not in target: {_names(report.unused)}")
+    raise BadInput(
+        f"checkpoint {folder} does not match the target: {'; '.join(problems)} "
+        "(partial=True restores what matches)"
+    )
 
 
 def _covered(bounds: tuple, chunk: tuple[int, ...]) -> tuple[list[tuple[int, ...]], bool]:
