@@ -79,7 +79,7 @@ def check_checkpoints(fs, base, wanted, verify, threads, problems) -> dict[str, 
             out[node] = CheckpointAudit(node, seq, path, len(present), sum(present.values()), False if verify else None,
                                         None, None, (), 1)
         else:
-            out[node] = _judge(node, seq, path, listed, present, hashed, verify, found, parsed)
+            out[node] = _judge(record, listed, present, hashed, verify, found, parsed)
         problems += found
     return out
 
@@ -127,11 +127,36 @@ def _array_of(rel: str, arrays: list[str]) -> str | None:
     return inner[:-2] if inner.endswith("/c") else None
 
 
-def _judge(node, seq, path, listed, present, hashed, verify, found, cache) -> CheckpointAudit:
-    """Compare the manifest with the files present and their digests."""
+def _judge(record: dict[str, Any], listed, present, hashed, verify, found, cache) -> CheckpointAudit:
+    """Compare the manifest of checkpoint ``record`` with the files present and their digests."""
+    node, seq, path = record["node"], record["seq"], record["value"]
+
     def bad(kind: str, rel: str, message: str) -> None:
         found.append(Problem(kind, f"{path}/{rel}", message))
 
+    parsed = _parse_hashed(path, hashed, cache, bad)
+    index, config = parsed.get(INDEX), parsed.get(CONFIG_FILE)
+    leaves = index.get("leaves") if isinstance(index, dict) else None
+    arrays = ([str(leaf.get("path", "")) for leaf in leaves if isinstance(leaf, dict)]
+              if isinstance(leaves, list) else [])
+    owner = {rel: _array_of(rel, arrays) or "" for rel in listed}
+    _judge_listing(path, listed, present, arrays, owner, bad)
+    hashed_bytes = _judge_contents(path, listed, present, hashed, owner, verify, bad)
+    saved_for = _saved_for(parsed.get(JOB_FILE))
+    if saved_for is not None and saved_for != node:
+        found.append(Problem("wrong-node", path, f"checkpoint {path} of {describe(node)} holds the checkpoint of "
+                             f"{describe(saved_for)} (its {JOB_FILE}): folders swapped or copied; restoring it is "
+                             "refused"))
+    if config is None and CONFIG_FILE not in listed:
+        found.append(Problem("no-config", path, f"checkpoint {path} has no {CONFIG_FILE}", WARNING))
+    errors = sum(p.severity == ERROR for p in found)
+    return CheckpointAudit(node, seq, path, len(present), sum(present.values()), (errors == 0) if verify else None,
+                           config, None, (), errors, hashed_bytes if verify else 0)
+
+
+def _parse_hashed(path: str, hashed, cache, bad) -> dict[str, Any]:
+    """The index, config and job files parsed from the bytes hashed (each text once through ``cache``,
+    shared by a run's checkpoints); one that does not parse is reported through ``bad``."""
     parsed = {}
     for rel, parse in ((INDEX, json.loads), (CONFIG_FILE, parse_config), (JOB_FILE, json.loads)):
         result = hashed.get(rel)
@@ -142,12 +167,12 @@ def _judge(node, seq, path, listed, present, hashed, verify, found, cache) -> Ch
                 parsed[rel] = cache[rel, result[2]]
             except Exception as e:
                 bad("unparsable-file", rel, f"{path}/{rel} cannot be parsed: {first_line(e)}")
-    index, config = parsed.get(INDEX), parsed.get(CONFIG_FILE)
-    leaves = index.get("leaves") if isinstance(index, dict) else None
-    arrays = ([str(leaf.get("path", "")) for leaf in leaves if isinstance(leaf, dict)]
-              if isinstance(leaves, list) else [])
+    return parsed
 
-    owner = {rel: _array_of(rel, arrays) or "" for rel in listed}
+
+def _judge_listing(path: str, listed, present, arrays: list[str], owner: dict[str, str], bad) -> None:
+    """Report through ``bad`` the files listed but missing (a whole array missing as one), the arrays the
+    index names that the manifest lacks, and the files present that the manifest does not list."""
     files_of: dict[str, int] = {}
     for array in owner.values():
         files_of[array] = files_of.get(array, 0) + 1
@@ -167,6 +192,11 @@ def _judge(node, seq, path, listed, present, hashed, verify, found, cache) -> Ch
             bad("unlisted-array", f"checkpoint/{array}", f"array {array} is in {INDEX} but not in {MANIFEST}")
     for rel in sorted(set(present) - set(listed) - {MANIFEST}):
         bad("unlisted-file", rel, f"{path}/{rel} is not listed in {MANIFEST}: the folder changed after its commit")
+
+
+def _judge_contents(path: str, listed, present, hashed, owner: dict[str, str], verify: bool, bad) -> int:
+    """Report through ``bad`` each present file whose size, readability or (``verify``) sha256 differs
+    from its manifest entry; the bytes hashed."""
     hashed_bytes = 0
     for rel, entry in sorted(listed.items()):
         if rel not in present:
@@ -188,15 +218,7 @@ def _judge(node, seq, path, listed, present, hashed, verify, found, cache) -> Ch
             bad("corrupt-file", rel, f"{where}: read {size} bytes, {entry.size} in {MANIFEST}")
         elif verify and digest != entry.sha256:
             bad("corrupt-file", rel, f"{where}: sha256 {digest[:16]}... != {entry.sha256[:16]}... in {MANIFEST}")
-    owner = _saved_for(parsed.get(JOB_FILE))
-    if owner is not None and owner != node:
-        found.append(Problem("wrong-node", path, f"checkpoint {path} of {describe(node)} holds the checkpoint of "
-                             f"{describe(owner)} (its {JOB_FILE}): folders swapped or copied; restoring it is refused"))
-    if config is None and CONFIG_FILE not in listed:
-        found.append(Problem("no-config", path, f"checkpoint {path} has no {CONFIG_FILE}", WARNING))
-    errors = sum(p.severity == ERROR for p in found)
-    return CheckpointAudit(node, seq, path, len(present), sum(present.values()), (errors == 0) if verify else None,
-                           config, None, (), errors, hashed_bytes if verify else 0)
+    return hashed_bytes
 
 
 def _saved_for(job: Any) -> str | None:

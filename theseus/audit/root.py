@@ -109,12 +109,8 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
 
     problems += _config_problems(records, nonce)
     gone = retired_nodes(records)  # retired checkpoints: their files are deleted by design, never checked
-    wanted = [r for r in records if r["key"] == schema.CHECKPOINT and (nonce is None or r["nonce"] == nonce)
-              and r["node"] not in gone]
-    checked = check_checkpoints(fs, base, wanted, verify_checksums, threads, problems)
-    published = {folder_of(r["value"]) for r in records if r["key"] in schema.FOLDER_KEYS and r["value"]
-                 and (nonce is None or r["nonce"] == nonce)}
-    analysis_files, analysis_bytes = check_analyses(fs, base, published, verify_checksums, threads, problems)
+    checked, analysis_files, analysis_bytes = _check_stored(fs, base, records, gone, nonce, verify_checksums,
+                                                            threads, problems)
     rows = _run_rows(audited)
     runs = _runs(fs, base, rows, records, checkpoints, checked, known, problems)
     problems += base_problems(runs, checkpoints, set(gone))  # LoRA adapters are of no use without their base
@@ -128,17 +124,26 @@ def audit(root: str | os.PathLike, nonce: str | None = None, verify_checksums: b
     if not segments and not runs and not unreferenced and nonce is None:
         problems.append(Problem("empty-root", LOG, f"no log segments under {rootfs.url(fs, base)}/{LOG}", WARNING))
     return AuditReport(
-        root=rootfs.url(fs, base),
-        nonce=nonce,
-        runs=tuple(runs),
-        problems=tuple(problems),
-        unreferenced=tuple(unreferenced),
-        segments=segments,
+        root=rootfs.url(fs, base), nonce=nonce, runs=tuple(runs), problems=tuple(problems),
+        unreferenced=tuple(unreferenced), segments=segments,
         files=sum(c.files for c in checked.values()) + analysis_files,
         bytes_verified=sum(c.hashed for c in checked.values()) + analysis_bytes if verify_checksums else 0,
-        seconds=round(time.perf_counter() - start, 4),
-        checksums=verify_checksums,
+        seconds=round(time.perf_counter() - start, 4), checksums=verify_checksums,
     )
+
+
+def _check_stored(fs, base: str, records: list[dict], gone, nonce: str | None, verify: bool, threads: int | None,
+                  problems: list[Problem]) -> tuple[dict[str, CheckpointAudit], int, int]:
+    """Check the committed checkpoints (of run ``nonce`` only, when given; none of the retired ``gone``) and the
+    published analysis folders against their manifests, appending what is wrong to ``problems``: the
+    checkpoints' audits by node, and the analysis files and bytes hashed."""
+    wanted = [r for r in records if r["key"] == schema.CHECKPOINT and (nonce is None or r["nonce"] == nonce)
+              and r["node"] not in gone]
+    checked = check_checkpoints(fs, base, wanted, verify, threads, problems)
+    published = {folder_of(r["value"]) for r in records if r["key"] in schema.FOLDER_KEYS and r["value"]
+                 and (nonce is None or r["nonce"] == nonce)}
+    analysis_files, analysis_bytes = check_analyses(fs, base, published, verify, threads, problems)
+    return checked, analysis_files, analysis_bytes
 
 
 def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0) -> GcReport:
@@ -181,10 +186,21 @@ def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0
     records = _reserved(log)
     referenced = {folder_of(r["value"]) for r in records if r["key"] == schema.CHECKPOINT} | _artifact_folders(records)
     cleared, kept, freed = clear_retired(fs, base, records, dry_run)
-    deleted: list[str] = []
     found: list[Problem] = []
     candidates = _unreferenced(fs, base, referenced, None, found)
     kept += [(p.path, p.message) for p in found if p.kind == "link"]  # reported, never followed
+    deleted, freed_folders = _gc_folders(fs, base, candidates, min_age_s, dry_run, kept)
+    temporaries, freed_temporaries = _gc_temporaries(fs, base, min_age_s, dry_run, kept)
+    freed += freed_folders + freed_temporaries
+    return GcReport(tuple(deleted), freed, tuple(kept), dry_run, tuple(temporaries), tuple(cleared))
+
+
+def _gc_folders(fs, base: str, candidates: list[str], min_age_s: float, dry_run: bool,
+                kept: list[tuple[str, str]]) -> tuple[list[str], int]:
+    """Delete (unless ``dry_run``) the unreferenced node folders ``candidates`` that no rule keeps, appending
+    each kept one with its reason to ``kept``: the folders deleted and the bytes they held."""
+    deleted: list[str] = []
+    freed = 0
     for rel in candidates:
         try:
             name, nonce, _ = decode_id(rel.split("/", 1)[1])
@@ -205,7 +221,15 @@ def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0
                 continue
         deleted.append(rel)
         freed += size
+    return deleted, freed
+
+
+def _gc_temporaries(fs, base: str, min_age_s: float, dry_run: bool,
+                    kept: list[tuple[str, str]]) -> tuple[list[str], int]:
+    """Delete (unless ``dry_run``) the temporary files killed writers left, older than ``min_age_s``, appending
+    each kept one with its reason to ``kept``: the files deleted and the bytes they held."""
     temporaries = []
+    freed = 0
     for path, mtime, size in rootfs.temporaries(fs, base):
         rel, age = relative(base, path), time.time() - mtime
         if age < min_age_s:
@@ -222,7 +246,7 @@ def gc(root: str | os.PathLike, dry_run: bool = False, min_age_s: float = 3600.0
                 continue
         temporaries.append(rel)
         freed += size
-    return GcReport(tuple(deleted), freed, tuple(kept), dry_run, tuple(temporaries), tuple(cleared))
+    return temporaries, freed
 
 
 # ---------------------------------------------------------------------------
