@@ -20,6 +20,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Any
@@ -231,6 +232,118 @@ def _handled(handler):
     return route
 
 
+def _answer_runs(api: Api, request: Request, body: Any) -> Response:
+    """A page of the runs table, with the change token, the total and the metric keys."""
+    offset = _count(request, "offset", 0, None)
+    limit = _count(request, "limit", MAX_PAGE, MAX_PAGE)
+    token = api.refresh()
+    extra = _list(request.query_params.get("extra"))
+    rows, total = api.page(extra=extra, inspections=request.query_params.get("all") == "1", offset=offset,
+                           limit=limit, tags=_list(request.query_params.get("tag")))
+    return JSON({"token": token, "rows": rows, "offset": offset, "limit": limit, "total": total,
+                 "root": api.store.root, "stale_after_s": api.stale_after_s,
+                 "keys": api.keys()})
+
+
+def _answer_poll(api: Api, request: Request, body: Any) -> Response:
+    """The rows of the runs changed since token ``since``, with their versions."""
+    since = _count(request, "since", 0, None)
+    token = api.refresh()
+    changed = api.changed_since(since)
+    extra = _list(request.query_params.get("extra"))
+    versions = {n: api.follower.runs[n].version for n in changed}
+    rows = api.rows(changed, extra, inspections=request.query_params.get("all") == "1",
+                    tags=_list(request.query_params.get("tag")))
+    return JSON({"token": token, "changed": changed, "versions": versions, "rows": rows})
+
+
+def _answer_config_keys(api: Api, request: Request, body: Any) -> Response:
+    """The config keys and metric keys the runs hold."""
+    api.refresh()
+    return JSON({"config": api.config_keys(), "metrics": api.keys()})
+
+
+def _answer_filter_runs(api: Api, request: Request, body: Any) -> Response:
+    """The nonces of the runs matching the body's ``conditions``."""
+    conditions = [table.parse_condition(text) for text in _strings(body, "conditions") or [] if text.strip()]
+    api.refresh()
+    runs = api.follower.runs
+    found = table.matching(api.store, runs, conditions, api.configs)
+    return JSON({"nonces": sorted(found)})
+
+
+def _answer_csv(api: Api, request: Request, body: Any) -> Response:
+    """The runs table (the body's ``nonces`` in their order, or all) as a CSV file of the body's ``columns``."""
+    columns = _strings(body, "columns") or list(table.BASE_COLUMNS)
+    extra = [c for c in columns if c not in table.BASE_COLUMNS and c not in table.MAIN_METRICS
+             and c not in ("project", "group", "run", "error")]
+    nonces = _strings(body, "nonces")
+    if nonces is not None and len(nonces) > MAX_CSV_RUNS:
+        raise BadInput(f"nonces must be a list of at most {MAX_CSV_RUNS} runs per CSV request, got {len(nonces)}")
+    rows = api.rows(nonces, extra)
+    if nonces is not None:
+        order = {n: i for i, n in enumerate(nonces)}
+        rows.sort(key=lambda r: order[r["nonce"]])
+    return Response(table.to_csv(rows, columns), media_type="text/csv",
+                    headers={"content-disposition": 'attachment; filename="runs.csv"'})
+
+
+def _answer_series(api: Api, request: Request, body: Any) -> Response:
+    """The series of each of ``runs`` x ``keys`` against ``x``, the points after those the client has seen."""
+    api.refresh()
+    x = request.query_params.get("x", series_data.SEQ)
+    since = _seen(request)
+    asked = len(_list(request.query_params.get("runs"))) * len(_list(request.query_params.get("keys")))
+    if asked > MAX_SERIES:
+        raise BadInput(f"at most {MAX_SERIES} series (runs x keys) per request, got {asked}: "
+                         "ask for fewer runs or keys at a time")
+    series_data.check_keys([x, *_list(request.query_params.get("keys"))], api.keys())
+    found = []
+    for nonce in _list(request.query_params.get("runs")):
+        check_nonce(nonce)
+        run = api.follower.run(nonce)
+        for key in _list(request.query_params.get("keys")):
+            after = since.get(nonce)
+            found.append({**series_data.series(run, key, x, after), "name": run.name})
+    return JSON({"token": api.token, "series": found})
+
+
+def _answer_run_page(api: Api, request: Request, body: Any) -> Response:
+    """The page of run ``nonce`` (its audit unless ``audit=0``)."""
+    nonce = request.path_params["nonce"]
+    check_nonce(nonce)
+    api.refresh()
+    audit = request.query_params.get("audit", "1") != "0"
+    return JSON(run_data.run_page(api.store, api.follower, nonce, with_audit=audit))
+
+
+def _answer_run_logs(api: Api, request: Request, body: Any) -> Response:
+    """The logs panel of run ``nonce``."""
+    nonce = request.path_params["nonce"]
+    check_nonce(nonce)
+    api.refresh()
+    return JSON(run_data.logs_panel(api.store, api.follower, nonce))
+
+
+def _answer_diff(api: Api, request: Request, body: Any) -> Response:
+    """The config diff of ``run`` against ``other``."""
+    api.refresh()
+    nonce, other = request.query_params.get("run", ""), request.query_params.get("other", "")
+    check_nonce(nonce)
+    return JSON({"diff": run_data.config_diff(api.store, api.follower, nonce, other)})
+
+
+def _answer_node_page(api: Api, request: Request, body: Any) -> Response:
+    """The page of node ``node_id``."""
+    return JSON(node_data.node_page(api.store, request.path_params["node_id"]))
+
+
+def _answer_file(api: Api, request: Request, body: Any) -> Response:
+    """An artifact file of node ``node_id``, with the headers that keep a browser from running it."""
+    data, kind = node_data.read_artifact(api.store, request.path_params["node_id"], request.path_params["path"])
+    return Response(data, media_type=kind, headers=node_data.artifact_headers(request.path_params["path"]))
+
+
 def routes(api: Api) -> list[Route]:
     """The API's routes over ``api`` (mounted under ``/api``).
 
@@ -238,103 +351,16 @@ def routes(api: Api) -> list[Route]:
     >>> sorted(r.path for r in routes(Api(Store(tempfile.mkdtemp()))))[:3]
     ['/api/csv', '/api/diff', '/api/file/{node_id}/{path:path}']
     """
-
-    def runs(request: Request, body: Any) -> Response:
-        offset = _count(request, "offset", 0, None)
-        limit = _count(request, "limit", MAX_PAGE, MAX_PAGE)
-        token = api.refresh()
-        extra = _list(request.query_params.get("extra"))
-        rows, total = api.page(extra=extra, inspections=request.query_params.get("all") == "1", offset=offset,
-                               limit=limit, tags=_list(request.query_params.get("tag")))
-        return JSON({"token": token, "rows": rows, "offset": offset, "limit": limit, "total": total,
-                     "root": api.store.root, "stale_after_s": api.stale_after_s,
-                     "keys": api.keys()})
-
-    def poll(request: Request, body: Any) -> Response:
-        since = _count(request, "since", 0, None)
-        token = api.refresh()
-        changed = api.changed_since(since)
-        extra = _list(request.query_params.get("extra"))
-        versions = {n: api.follower.runs[n].version for n in changed}
-        rows = api.rows(changed, extra, inspections=request.query_params.get("all") == "1",
-                        tags=_list(request.query_params.get("tag")))
-        return JSON({"token": token, "changed": changed, "versions": versions, "rows": rows})
-
-    def config_keys(request: Request, body: Any) -> Response:
-        api.refresh()
-        return JSON({"config": api.config_keys(), "metrics": api.keys()})
-
-    def filter_runs(request: Request, body: Any) -> Response:
-        conditions = [table.parse_condition(text) for text in _strings(body, "conditions") or [] if text.strip()]
-        api.refresh()
-        runs = api.follower.runs
-        found = table.matching(api.store, runs, conditions, api.configs)
-        return JSON({"nonces": sorted(found)})
-
-    def csv(request: Request, body: Any) -> Response:
-        columns = _strings(body, "columns") or list(table.BASE_COLUMNS)
-        extra = [c for c in columns if c not in table.BASE_COLUMNS and c not in table.MAIN_METRICS
-                 and c not in ("project", "group", "run", "error")]
-        nonces = _strings(body, "nonces")
-        if nonces is not None and len(nonces) > MAX_CSV_RUNS:
-            raise BadInput(f"nonces must be a list of at most {MAX_CSV_RUNS} runs per CSV request, got {len(nonces)}")
-        rows = api.rows(nonces, extra)
-        if nonces is not None:
-            order = {n: i for i, n in enumerate(nonces)}
-            rows.sort(key=lambda r: order[r["nonce"]])
-        return Response(table.to_csv(rows, columns), media_type="text/csv",
-                        headers={"content-disposition": 'attachment; filename="runs.csv"'})
-
-    def series(request: Request, body: Any) -> Response:
-        api.refresh()
-        x = request.query_params.get("x", series_data.SEQ)
-        since = _seen(request)
-        asked = len(_list(request.query_params.get("runs"))) * len(_list(request.query_params.get("keys")))
-        if asked > MAX_SERIES:
-            raise BadInput(f"at most {MAX_SERIES} series (runs x keys) per request, got {asked}: "
-                             "ask for fewer runs or keys at a time")
-        series_data.check_keys([x, *_list(request.query_params.get("keys"))], api.keys())
-        found = []
-        for nonce in _list(request.query_params.get("runs")):
-            check_nonce(nonce)
-            run = api.follower.run(nonce)
-            for key in _list(request.query_params.get("keys")):
-                after = since.get(nonce)
-                found.append({**series_data.series(run, key, x, after), "name": run.name})
-        return JSON({"token": api.token, "series": found})
-
-    def run_page(request: Request, body: Any) -> Response:
-        nonce = request.path_params["nonce"]
-        check_nonce(nonce)
-        api.refresh()
-        audit = request.query_params.get("audit", "1") != "0"
-        return JSON(run_data.run_page(api.store, api.follower, nonce, with_audit=audit))
-
-    def run_logs(request: Request, body: Any) -> Response:
-        nonce = request.path_params["nonce"]
-        check_nonce(nonce)
-        api.refresh()
-        return JSON(run_data.logs_panel(api.store, api.follower, nonce))
-
-    def diff(request: Request, body: Any) -> Response:
-        api.refresh()
-        nonce, other = request.query_params.get("run", ""), request.query_params.get("other", "")
-        check_nonce(nonce)
-        return JSON({"diff": run_data.config_diff(api.store, api.follower, nonce, other)})
-
-    def node_page(request: Request, body: Any) -> Response:
-        return JSON(node_data.node_page(api.store, request.path_params["node_id"]))
-
-    def file(request: Request, body: Any) -> Response:
-        data, kind = node_data.read_artifact(api.store, request.path_params["node_id"], request.path_params["path"])
-        return Response(data, media_type=kind, headers=node_data.artifact_headers(request.path_params["path"]))
-
-    table_routes = [("/api/runs", runs, ["GET"]), ("/api/poll", poll, ["GET"]), ("/api/keys", config_keys, ["GET"]),
-                    ("/api/filter", filter_runs, ["POST"]), ("/api/csv", csv, ["POST"]),
-                    ("/api/series", series, ["GET"]), ("/api/run/{nonce}", run_page, ["GET"]),
-                    ("/api/run/{nonce}/logs", run_logs, ["GET"]), ("/api/diff", diff, ["GET"]),
-                    ("/api/node/{node_id}", node_page, ["GET"]), ("/api/file/{node_id}/{path:path}", file, ["GET"])]
-    return [Route(path, _handled(handler), methods=methods) for path, handler, methods in table_routes]
+    table_routes = [
+        ("/api/runs", _answer_runs, ["GET"]), ("/api/poll", _answer_poll, ["GET"]),
+        ("/api/keys", _answer_config_keys, ["GET"]), ("/api/filter", _answer_filter_runs, ["POST"]),
+        ("/api/csv", _answer_csv, ["POST"]), ("/api/series", _answer_series, ["GET"]),
+        ("/api/run/{nonce}", _answer_run_page, ["GET"]), ("/api/run/{nonce}/logs", _answer_run_logs, ["GET"]),
+        ("/api/diff", _answer_diff, ["GET"]), ("/api/node/{node_id}", _answer_node_page, ["GET"]),
+        ("/api/file/{node_id}/{path:path}", _answer_file, ["GET"]),
+    ]
+    return [Route(path, _handled(functools.partial(handler, api)), methods=methods)
+            for path, handler, methods in table_routes]
 
 
 def routes_app(api: Api) -> Starlette:
