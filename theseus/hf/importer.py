@@ -140,6 +140,39 @@ def import_hf(folder: str, root: str | Store, name: str | None = None, dtype: st
     from theseus.jobs import job_json
     from theseus.store.layout import CONFIG_FILE, JOB_FILE, RNG_FILE, objects
 
+    folder, hf_config = _read_hf_config(folder)
+    tensors = SafetensorsFolder(folder)  # refuses pickles before anything is written
+    family, architecture, convert_params = model_of(hf_config)
+    param_dtype = _param_dtype(tensors, dtype)
+    architecture["dtype"]["param"] = param_dtype
+    kept = _tokenizer_files(folder)
+    store = root if isinstance(root, Store) else Store(root)
+    node = Node.start(name or f"import-{os.path.basename(folder.rstrip('/'))}")
+    cls = IMPORTED[family]
+    config = configs.merge(cls.defaults(), {"architecture": architecture})
+    # named in the root (get_tokenizer reads a relative folder of the job's root there): the root may move
+    config.tokenizer.backend, config.tokenizer.name = "huggingface", f"{objects(node.id)}/{TOKENIZER_FOLDER}"
+    config.training.validation = config.training.evaluate = config.training.analyze = False  # no data to read
+    read, sidecars = _folder_sidecars(folder, tensors, kept, hf_config)
+    # lazily: the base key's JSON is written as every checkpoint writes it
+    import jax
+
+    from theseus.train.rng import key_to_json
+
+    key = job_key(family)
+    sidecars[RNG_FILE] = key_to_json(jax.random.PRNGKey(0), 0).encode()
+    sidecars[CONFIG_FILE] = configs.to_yaml(config).encode()
+    sidecars[JOB_FILE] = job_json(key, node, None, step=0, imported=folder).encode()
+    leaves = _cast(convert_params(tensors.read, tensors.names), param_dtype)
+    _save_hashing(store, node, leaves, sidecars, folder, read)
+    committed(store, node, key, configs.to_yaml(config), job_source(cls),
+              {"train/step": 0, "train/tokens": 0, "hf/source": folder,
+               "hf/model_type": str(hf_config.get("model_type"))})
+    return node
+
+
+def _read_hf_config(folder: str) -> tuple[str, dict[str, Any]]:
+    """``folder`` made absolute and its ``config.json`` as a dict; BadInput when either is not what HF writes."""
     folder = os.path.abspath(os.fspath(folder))
     if not os.path.isdir(folder):
         raise BadInput(f"{folder} is not a folder")
@@ -153,21 +186,22 @@ def import_hf(folder: str, root: str | Store, name: str | None = None, dtype: st
             raise BadInput(f"{where} is not JSON: {e}") from None
     if not isinstance(hf_config, dict):
         raise BadInput(f"{where} is not a JSON object")
-    tensors = SafetensorsFolder(folder)  # refuses pickles before anything is written
-    family, architecture, convert_params = model_of(hf_config)
+    return folder, hf_config
+
+
+def _param_dtype(tensors: SafetensorsFolder, dtype: str | None) -> str:
+    """The dtype the parameters are imported in: ``dtype``, else the folder's first tensor's (float32 if none)."""
     stored = {str(tensors.read(n).dtype) for n in tensors.names[:1]}
     param_dtype = dtype or (stored.pop() if stored else "float32")
     if param_dtype not in PARAM_DTYPES:
         raise BadInput(f"parameters stored as {param_dtype}: import them with dtype {', '.join(PARAM_DTYPES)}")
-    architecture["dtype"]["param"] = param_dtype
-    kept = _tokenizer_files(folder)
-    store = root if isinstance(root, Store) else Store(root)
-    node = Node.start(name or f"import-{os.path.basename(folder.rstrip('/'))}")
-    cls = IMPORTED[family]
-    config = configs.merge(cls.defaults(), {"architecture": architecture})
-    # named in the root (get_tokenizer reads a relative folder of the job's root there): the root may move
-    config.tokenizer.backend, config.tokenizer.name = "huggingface", f"{objects(node.id)}/{TOKENIZER_FOLDER}"
-    config.training.validation = config.training.evaluate = config.training.analyze = False  # no data to read
+    return param_dtype
+
+
+def _folder_sidecars(folder: str, tensors: SafetensorsFolder, kept: list[str],
+                     hf_config: dict[str, Any]) -> tuple[list[str], dict[str, bytes]]:
+    """The folder's files the import reads (hashed into its source), and the sidecars copied from it: the kept
+    tokenizer files, the HF config and, when there is one, the generation config."""
     generation = os.path.isfile(os.path.join(folder, "generation_config.json"))
     read = ["config.json", *tensors.files, *kept, *(["generation_config.json"] if generation else [])]
     if os.path.isfile(os.path.join(folder, "model.safetensors.index.json")):
@@ -180,16 +214,12 @@ def import_hf(folder: str, root: str | Store, name: str | None = None, dtype: st
     if generation:
         with open(os.path.join(folder, "generation_config.json"), "rb") as f:
             sidecars[GENERATION_FILE] = f.read()
-    # lazily: the base key's JSON is written as every checkpoint writes it
-    import jax
+    return read, sidecars
 
-    from theseus.train.rng import key_to_json
 
-    key = job_key(family)
-    sidecars[RNG_FILE] = key_to_json(jax.random.PRNGKey(0), 0).encode()
-    sidecars[CONFIG_FILE] = configs.to_yaml(config).encode()
-    sidecars[JOB_FILE] = job_json(key, node, None, step=0, imported=folder).encode()
-    leaves = _cast(convert_params(tensors.read, tensors.names), param_dtype)
+def _save_hashing(store: Store, node: Node, leaves: Any, sidecars: dict[str, bytes], folder: str,
+                  read: list[str]) -> None:
+    """Save the checkpoint of ``leaves`` with ``sidecars`` and a source file hashing the ``read`` files."""
     # the files read are hashed on another thread while the parameters are converted and written (hashlib and
     # TensorStore release the GIL): one more read of the folder, not one more pass before the conversion
     with ThreadPoolExecutor(1) as pool:
@@ -200,7 +230,3 @@ def import_hf(folder: str, root: str | Store, name: str | None = None, dtype: st
                                                         indent=2).encode()}
 
         saved(store, node, leaves, with_source)  # the checkpoint first (`theseus.hf.imported_run`)
-    committed(store, node, key, configs.to_yaml(config), job_source(cls),
-              {"train/step": 0, "train/tokens": 0, "hf/source": folder,
-               "hf/model_type": str(hf_config.get("model_type"))})
-    return node
