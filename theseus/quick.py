@@ -425,8 +425,7 @@ def spec_from_quick(q: QuickSession, *, revision: str = "", groups: tuple[str, .
 
 
 def build_spec(root: str, job_key: str, run_name: str, overrides: Iterable[str] = (), *, base_node: str | None = None,
-               branch: bool = False, revision: str = "", groups: tuple[str, ...] = (),
-               env: Mapping[str, str] | None = None) -> LaunchSpec:
+               branch: bool = False) -> LaunchSpec:
     """The spec of ``job_key`` as ``run_name`` in ``root`` with ``key=value`` overrides; reads, never writes.
 
     With ``base_node`` the job is restored from that node (its recorded job and config,
@@ -434,6 +433,7 @@ def build_spec(root: str, job_key: str, run_name: str, overrides: Iterable[str] 
     node's lineage (``run_name`` must then be its run), or branches into ``run_name``
     with ``branch=True`` (and when the lineage already went on past the node).
     Unknown job keys, config keys, wrongly typed values and unknown nodes are errors.
+    The spec has no revision, groups or env: set them with ``spec.replace(revision=...)``.
 
     >>> import tempfile
     >>> build_spec(tempfile.mkdtemp(), "data/tokenize/pydoc", "tok", ["data.max_samples=3"]).run_name
@@ -462,4 +462,4 @@ def build_spec(root: str, job_key: str, run_name: str, overrides: Iterable[str] 
             if branch:
                 q.run_name = run_name
         configs.apply_overrides(q.config, list(overrides or ()))
-        return spec_from_quick(q, revision=revision, groups=groups, env=env)
+        return spec_from_quick(q)
