@@ -31,22 +31,13 @@ from omegaconf import DictConfig
 from theseus.data.preference import PairLoader
 from theseus.data.store import open_dataset
 from theseus.errors import BadInput
-from theseus.jobs import job
 from theseus.train import init_from, placement
 from theseus.train.config import NotImplementedSetting
 from theseus.train.dpo import DPOConfig, DPOObjective
 from theseus.train.evaluations import ValidationLoss
-from theseus.train.jobs import (
-    Pretrain,
-    PretrainGemma,
-    PretrainGptNeox,
-    PretrainLlama,
-    PretrainMistral,
-    PretrainQwen2,
-    PretrainQwen3,
-)
+from theseus.train.jobs import Pretrain, family_jobs
 
-__all__ = ["DpoGemma", "DpoGpt", "DpoGptNeox", "DpoLlama", "DpoMistral", "DpoQwen2", "DpoQwen3", "dpo_job",
+__all__ = ["DpoGemma", "DpoGpt", "DpoGptNeox", "DpoLlama", "DpoMistral", "DpoQwen2", "DpoQwen3",
            "reference_params"]
 
 
@@ -133,28 +124,18 @@ def _check_init_from(self: Pretrain) -> None:
     self.config.training.init_from = node.id
 
 
-def dpo_job(pretrain: type[Pretrain], name: str) -> type[Pretrain]:
-    """The job ``<family>/train/dpo`` over the pretraining job ``pretrain`` of the family, registered as the class
-    ``name`` of this module.
+def _dpo_body(pretrain: type[Pretrain], family: str) -> dict[str, Any]:
+    """The class body of the DPO job over the pretraining job ``pretrain`` of ``family`` (`family_jobs`).
 
     >>> DpoGpt.key, [e.name for e in DpoGpt.EVALUATION]
     ('gpt/train/dpo', ['val-loss'])
     """
-    family = pretrain.MODEL.name
-    body = {"EVALUATION": _Dpo.EVALUATION, "Config": _with_dpo(pretrain.Config), "check": _Dpo.check,
+    return {"EVALUATION": _Dpo.EVALUATION, "Config": _with_dpo(pretrain.Config), "check": _Dpo.check,
             "loader": _Dpo.loader, "objective": _Dpo.objective, "build": _Dpo.build, "setup": _setup,
             "check_init_from": _check_init_from, "restore_frozen": staticmethod(reference_params),
-            "__module__": __name__,
-            "__doc__": f"DPO of a ``{family}`` checkpoint (module doc).\n\n>>> {name}.MODEL.name\n{family!r}\n"}
-    cls = type(name, (pretrain,), body)
-    return job(f"{family}/train/dpo", f"DPO of a {family} checkpoint (training.init_from) on a preference dataset, "
-                                       "against a frozen copy of it.")(cls)
+            "__doc__": f"DPO of a ``{family}`` checkpoint (module doc)."}
 
 
-DpoGpt = dpo_job(Pretrain, "DpoGpt")
-DpoLlama = dpo_job(PretrainLlama, "DpoLlama")
-DpoMistral = dpo_job(PretrainMistral, "DpoMistral")
-DpoQwen2 = dpo_job(PretrainQwen2, "DpoQwen2")
-DpoQwen3 = dpo_job(PretrainQwen3, "DpoQwen3")
-DpoGemma = dpo_job(PretrainGemma, "DpoGemma")
-DpoGptNeox = dpo_job(PretrainGptNeox, "DpoGptNeox")
+DpoGpt, DpoLlama, DpoMistral, DpoQwen2, DpoQwen3, DpoGemma, DpoGptNeox = family_jobs(
+    "dpo", "Dpo", "DPO of a {family} checkpoint (training.init_from) on a preference dataset, against a frozen "
+                  "copy of it.", _dpo_body, __name__)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import types
 import weakref
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import jax
@@ -406,22 +407,52 @@ _FAMILY_JOBS = {
 }
 
 
-def family_job(family: str, name: str) -> type[Pretrain]:
-    """The job ``<family>/train/pretrain``: `Pretrain` with the family's model part
-    (`theseus.train.models.DECODER_PARTS`), registered as the class ``name`` of this module.
+#: the class-name suffix of each family's jobs (``PretrainLlama``, ``LoraGptNeox``...), the GPT's first
+FAMILY_NAMES = {"gpt": "Gpt", "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3",
+                "gemma": "Gemma", "gpt_neox": "GptNeox"}
+#: the decoder families (every family but the GPT): each has its own ``<family>/train/pretrain``
+DECODER_FAMILIES = tuple(family for family in FAMILY_NAMES if family != "gpt")
 
-    >>> PretrainQwen3.key, PretrainQwen3.MODEL.name, PretrainQwen3.__qualname__
-    ('qwen3/train/pretrain', 'qwen3', 'PretrainQwen3')
+
+def family_jobs(kind: str, prefix: str, description: str | Mapping[str, str],
+                body: Callable[[type[Pretrain], str], dict[str, Any]], module: str,
+                base: Callable[[str], type[Pretrain]] | None = None,
+                families: Sequence[str] = tuple(FAMILY_NAMES)) -> tuple[type[Pretrain], ...]:
+    """One registered job ``<family>/train/<kind>`` per family of ``families``, in that order: the class
+    ``<prefix><Family>`` (`FAMILY_NAMES`) of ``module``, a subclass of ``base(family)`` (by default the family's
+    pretraining job, `pretraining_job`) with ``body(base, family)``, whose ``__doc__`` gains a doctest of its
+    model part. ``description`` is the registry's line: a template of ``{family}``, or one line per family.
+
+    >>> PretrainQwen3.key, PretrainQwen3.__bases__ == (Pretrain,), PretrainQwen3.MODEL.name
+    ('qwen3/train/pretrain', True, 'qwen3')
     """
-    cls = type(name, (Pretrain,), {"MODEL": DECODER_PARTS[family], "__module__": __name__,
-                                   "__doc__": f"`Pretrain` with the ``{family}`` model part.\n\n"
-                                              f">>> {name}.MODEL.name\n{family!r}\n"})
-    return job(f"{family}/train/pretrain", _FAMILY_JOBS[family])(cls)
+    made = []
+    for family in families:
+        parent, name = (base or pretraining_job)(family), prefix + FAMILY_NAMES[family]
+        namespace = body(parent, family)
+        namespace = {**namespace, "__module__": module,
+                     "__doc__": f"{namespace['__doc__']}\n\n>>> {name}.MODEL.name\n{family!r}\n"}
+        line = description[family] if isinstance(description, Mapping) else description.format(family=family)
+        made.append(job(f"{family}/train/{kind}", line)(type(name, (parent,), namespace)))
+    return tuple(made)
 
 
-PretrainLlama = family_job("llama", "PretrainLlama")
-PretrainMistral = family_job("mistral", "PretrainMistral")
-PretrainQwen2 = family_job("qwen2", "PretrainQwen2")
-PretrainQwen3 = family_job("qwen3", "PretrainQwen3")
-PretrainGemma = family_job("gemma", "PretrainGemma")
-PretrainGptNeox = family_job("gpt_neox", "PretrainGptNeox")
+def pretraining_job(family: str) -> type[Pretrain]:
+    """The job ``<family>/train/pretrain`` (`Pretrain` for the GPT): what a family's other jobs are made over.
+
+    >>> pretraining_job("gpt") is Pretrain, pretraining_job("gemma").key
+    (True, 'gemma/train/pretrain')
+    """
+    if family not in PRETRAINING:
+        raise BadInput(f"unknown model family {family!r}: one of {', '.join(PRETRAINING)}")
+    return PRETRAINING[family]
+
+
+PretrainLlama, PretrainMistral, PretrainQwen2, PretrainQwen3, PretrainGemma, PretrainGptNeox = family_jobs(
+    "pretrain", "Pretrain", _FAMILY_JOBS, lambda base, family: {
+        "MODEL": DECODER_PARTS[family], "__doc__": f"`Pretrain` with the ``{family}`` model part."},
+    __name__, base=lambda family: Pretrain, families=DECODER_FAMILIES)
+
+#: each family's pretraining job, the GPT's first (`pretraining_job`)
+PRETRAINING: dict[str, type[Pretrain]] = {"gpt": Pretrain, **dict(zip(DECODER_FAMILIES, (
+    PretrainLlama, PretrainMistral, PretrainQwen2, PretrainQwen3, PretrainGemma, PretrainGptNeox), strict=True))}

@@ -29,19 +29,11 @@ import yaml
 from omegaconf import DictConfig
 
 from theseus.errors import BadInput, NotFound
-from theseus.jobs import job, job_json
+from theseus.jobs import job_json
 from theseus.store import EmptyResult, Node, Store, layout
 from theseus.train import init_from, placement
 from theseus.train.built import Built, Layout
-from theseus.train.jobs import (
-    Pretrain,
-    PretrainGemma,
-    PretrainGptNeox,
-    PretrainLlama,
-    PretrainMistral,
-    PretrainQwen2,
-    PretrainQwen3,
-)
+from theseus.train.jobs import Pretrain, family_jobs
 from theseus.train.lora import LoraConfig, LoraModel, lora_forward, lora_part, lora_spec
 
 __all__ = ["ADAPTS", "LoraGemma", "LoraGpt", "LoraGptNeox", "LoraLlama", "LoraMistral", "LoraQwen2", "LoraQwen3",
@@ -183,28 +175,18 @@ def _sidecars(self: Pretrain, step: int) -> dict[str, str]:
                                       **{ADAPTS: self._adapts.id}, **continues)}
 
 
-def lora_job(pretrain: type[Pretrain], name: str) -> type[Pretrain]:
-    """The job ``<family>/train/lora`` over the pretraining job ``pretrain`` of the family, registered as the class
-    ``name`` of this module.
+def _lora_body(pretrain: type[Pretrain], family: str) -> dict[str, Any]:
+    """The class body of the LoRA job over the pretraining job ``pretrain`` of ``family`` (`family_jobs`).
 
     >>> LoraGpt.key, [e.name for e in LoraGpt.EVALUATION]
     ('gpt/train/lora', ['val-loss', 'bits-per-byte'])
     """
-    family = pretrain.MODEL.name
-    body = {"MODEL": lora_part(pretrain.MODEL), "Config": _with_lora(pretrain.Config),
+    return {"MODEL": lora_part(pretrain.MODEL), "Config": _with_lora(pretrain.Config),
             "check": _Lora.check, "model": _Lora.model, "forward": _Lora.forward, "setup": _setup,
             "_place_state": _place, "_sidecars": _sidecars, "restore_frozen": staticmethod(restore_frozen),
-            "__module__": __name__,
-            "__doc__": f"LoRA over a frozen ``{family}`` base (module doc).\n\n>>> {name}.MODEL.name\n{family!r}\n"}
-    cls = type(name, (pretrain,), body)
-    return job(f"{family}/train/lora", f"LoRA adapters over a frozen {family} checkpoint (training.init_from); "
-                                        "only the adapters train and are checkpointed.")(cls)
+            "__doc__": f"LoRA over a frozen ``{family}`` base (module doc)."}
 
 
-LoraGpt = lora_job(Pretrain, "LoraGpt")
-LoraLlama = lora_job(PretrainLlama, "LoraLlama")
-LoraMistral = lora_job(PretrainMistral, "LoraMistral")
-LoraQwen2 = lora_job(PretrainQwen2, "LoraQwen2")
-LoraQwen3 = lora_job(PretrainQwen3, "LoraQwen3")
-LoraGemma = lora_job(PretrainGemma, "LoraGemma")
-LoraGptNeox = lora_job(PretrainGptNeox, "LoraGptNeox")
+LoraGpt, LoraLlama, LoraMistral, LoraQwen2, LoraQwen3, LoraGemma, LoraGptNeox = family_jobs(
+    "lora", "Lora", "LoRA adapters over a frozen {family} checkpoint (training.init_from); only the adapters train "
+                    "and are checkpointed.", _lora_body, __name__)

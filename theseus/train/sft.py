@@ -23,11 +23,12 @@ from theseus.errors import BadInput
 from theseus.jobs import job
 from theseus.train import schedules
 from theseus.train.evaluations import EvalContext, Evaluation
-from theseus.train.jobs import Pretrain
+from theseus.train.jobs import DECODER_FAMILIES, Pretrain, family_jobs
 from theseus.train.models import DECODER_PARTS
 from theseus.train.parts import part
 
-__all__ = ["FINE_TUNING", "SFT", "SFTValidationLoss", "sft_job"]
+__all__ = ["FINE_TUNING", "SFT", "SFTGemma", "SFTGptNeox", "SFTLlama", "SFTMistral", "SFTQwen2", "SFTQwen3",
+           "SFTValidationLoss"]
 
 #: the defaults an SFT job sets over its pretraining job's: a small rate, no decay of the weights it starts from,
 #: a short warmup and a cosine decay to a tenth
@@ -75,22 +76,7 @@ class SFT(Pretrain):
         return configs.merge(super().defaults(), FINE_TUNING)
 
 
-def sft_job(family: str, name: str) -> type[SFT]:
-    """The job ``<family>/train/sft``: `SFT` with the family's model part, registered as the class ``name``.
-
-    >>> SFTLlama.key, SFTLlama.MODEL.name
-    ('llama/train/sft', 'llama')
-    """
-    cls = type(name, (SFT,), {"MODEL": DECODER_PARTS[family], "__module__": __name__,
-                              "__doc__": f"`SFT` with the ``{family}`` model part.\n\n>>> {name}.MODEL.name\n"
-                                         f"{family!r}\n"})
-    return job(f"{family}/train/sft", f"Fine-tune an imported or pretrained {family} checkpoint on chat data, "
-                                      "loss on the assistant turns.")(cls)
-
-
-SFTLlama = sft_job("llama", "SFTLlama")
-SFTMistral = sft_job("mistral", "SFTMistral")
-SFTQwen2 = sft_job("qwen2", "SFTQwen2")
-SFTQwen3 = sft_job("qwen3", "SFTQwen3")
-SFTGemma = sft_job("gemma", "SFTGemma")
-SFTGptNeox = sft_job("gpt_neox", "SFTGptNeox")
+SFTLlama, SFTMistral, SFTQwen2, SFTQwen3, SFTGemma, SFTGptNeox = family_jobs(
+    "sft", "SFT", "Fine-tune an imported or pretrained {family} checkpoint on chat data, loss on the assistant turns.",
+    lambda base, family: {"MODEL": DECODER_PARTS[family], "__doc__": f"`SFT` with the ``{family}`` model part."},
+    __name__, base=lambda family: SFT, families=DECODER_FAMILIES)
