@@ -213,18 +213,33 @@ def generate_tokens(module: Any, params: Any, prompts: Sequence[Sequence[int]], 
     use_cache = hasattr(module, "init_cache") if cache is None else bool(cache)
     if use_cache and not hasattr(module, "init_cache"):
         raise TypeError(f"{type(module).__name__} has no init_cache(): decode it with cache=False")
+    loop = _Loop(sampler=sampler, prompt_width=longest, new=int(max_new_tokens), eot=eot, vocab_limit=vocab_limit,
+                 cached=use_cache)
     tokens, counts, stopped = _decode(module, params, jnp.asarray(rows), jnp.asarray(lengths),
-                                      jax.random.PRNGKey(int(seed)), sampler=sampler, prompt_width=longest,
-                                      new=int(max_new_tokens), eot=eot, vocab_limit=vocab_limit, cached=use_cache)
+                                      jax.random.PRNGKey(int(seed)), loop=loop)
     return Generated(*(np.asarray(a) for a in jax.device_get((tokens, counts, stopped))))
 
 
-@functools.partial(jax.jit, static_argnames=("module", "sampler", "prompt_width", "new", "eot", "vocab_limit",
-                                             "cached"))
-def _decode(module: Any, params: Any, rows: jax.Array, lengths: jax.Array, key: jax.Array, *, sampler: Sampler,
-            prompt_width: int, new: int, eot: int | None, vocab_limit: int | None,
-            cached: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
+@dataclasses.dataclass(frozen=True)
+class _Loop:
+    """What `_decode` compiles for (hashable, so one static argument): the ``sampler``, the ``prompt_width``
+    prefilled, the ``new`` steps, the ``eot`` a row stops at, the ``vocab_limit`` drawn under and whether the
+    loop is ``cached``."""
+
+    sampler: Sampler
+    prompt_width: int
+    new: int
+    eot: int | None
+    vocab_limit: int | None
+    cached: bool
+
+
+@functools.partial(jax.jit, static_argnames=("module", "loop"))
+def _decode(module: Any, params: Any, rows: jax.Array, lengths: jax.Array, key: jax.Array, *,
+            loop: _Loop) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The decoding loop: prefill (or a full pass), then ``new`` steps of sample, write, forward."""
+    sampler, prompt_width, new, eot = loop.sampler, loop.prompt_width, loop.new, loop.eot
+    vocab_limit, cached = loop.vocab_limit, loop.cached
     B, width = rows.shape
     variables = {"params": params}
     batch = jnp.arange(B)
