@@ -224,6 +224,7 @@ def tokenize_pairs(pairs: Iterable[tuple[str, str, str]], tokenizer, out: Datase
     if overlong not in OVERLONG:
         raise BadInput(f"data.overlong must be one of {', '.join(OVERLONG)}, got {overlong!r}")
     t0, counts, read = time.perf_counter(), _Counts(), 0
+    writing = _PairWriting(tokenizer, out, block_size, val_pct, seed, overlong, num_threads)
     try:
         out.set_tokenizer(tokenizer)
         records = iter(pairs)
@@ -232,7 +233,7 @@ def tokenize_pairs(pairs: Iterable[tuple[str, str, str]], tokenizer, out: Datase
             batch = [r for _, r in zip(range(take), records)]
             if not batch:
                 break
-            _write_batch(batch, read, tokenizer, out, block_size, val_pct, seed, overlong, counts, num_threads)
+            _write_batch(batch, read, writing, counts)
             read += len(batch)
             counts.progress(on_progress)
         if counts.pairs == 0:
@@ -251,9 +252,23 @@ def tokenize_pairs(pairs: Iterable[tuple[str, str, str]], tokenizer, out: Datase
     return {**summary, "samples": read, "content_hash": meta["content_hash"], "dataset": out.dataset}
 
 
-def _write_batch(batch: list, first: int, tokenizer, out: DatasetWriter, block_size: int, val_pct: float,
-                 seed: int, overlong: str, counts: _Counts, num_threads: int) -> None:
+@dataclass(frozen=True)
+class _PairWriting:
+    """What every batch of `tokenize_pairs` is encoded and written with: its arguments of the same names."""
+
+    tokenizer: object
+    out: DatasetWriter
+    block_size: int
+    val_pct: float
+    seed: int
+    overlong: str
+    num_threads: int
+
+
+def _write_batch(batch: list, first: int, writing: _PairWriting, counts: _Counts) -> None:
     """Encode and append the pairs of ``batch`` (records ``first``, ``first + 1``...) to their splits."""
+    tokenizer, out, block_size, overlong = writing.tokenizer, writing.out, writing.block_size, writing.overlong
+    val_pct, seed, num_threads = writing.val_pct, writing.seed, writing.num_threads
     n = len(batch)
     encoded = tokenizer.encode_batch([r[i] for i in range(3) for r in batch], num_threads=num_threads)
     closes = [PairText(*r).close for r in batch]
