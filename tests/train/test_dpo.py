@@ -233,3 +233,40 @@ def test_a_restored_dpo_node_holds_its_reference_beside_its_policy(straight, bas
     finally:
         tuned.close()
         source.close()
+
+
+@pytest.mark.slow
+def test_audit_finds_a_dpo_run_whose_reference_is_gone(straight, base, tmp_path):
+    import shutil
+
+    from theseus.audit import audit
+    from theseus.store import Store
+
+    root, end = straight
+    _, reference = base
+    assert not [p for p in audit(root).problems if p.kind == "missing-base"]
+    copy = str(tmp_path / "copy")
+    shutil.copytree(root, copy)
+    with Store(copy).writer() as w:  # the reference's checkpoint retired, as retention would
+        w.retire(reference, "a test")
+    found = [p for p in audit(copy).problems if p.kind == "missing-base"]
+    assert found and reference.id in found[0].message and "reference" in found[0].message
+    assert end.nonce in found[0].path
+
+
+@pytest.mark.parametrize("key", ["gpt/train/pretrain", "gpt/train/sft"])
+def test_a_job_of_single_rows_refuses_a_preference_dataset(base, key):
+    """Pretraining and SFT read rows one by one: on a preference dataset they would train on each pair's rejected
+    row as on its chosen one, so they refuse it, naming the dataset and the DPO jobs."""
+    from tests.train._helpers import config
+    from theseus.quick import quick
+    from theseus.store import Store
+
+    root, last = base
+    cfg = config(data={"dataset": "prefs"}, training={"init_from": last.id})
+    cfg["optimization"].pop("decay_pct")  # a pretraining schedule's: SFT's cosine has no decay phase
+    with quick(root) as q:
+        q.build(key, "single-rows").config.merge_with(cfg)
+        with pytest.raises(BadInput, match="dataset 'prefs' holds preference pairs .* tune on it with a DPO job"):
+            q.create()
+    assert Store(root).find().name("general.default.single-rows").all() == []

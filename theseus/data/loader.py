@@ -51,6 +51,27 @@ def global_rows(rows, batch_size: int) -> np.ndarray:
     return rows
 
 
+def check_single_rows(dataset: Dataset) -> None:
+    """Refuse ``dataset`` when it holds preference pairs (``meta.json`` ``pairs``: a chosen and a rejected row
+    each, `theseus.data.preference`) where its rows would be read one by one: a pretraining or SFT job would
+    train on the rejected answers as on the chosen ones.
+
+    >>> import tempfile
+    >>> from theseus.data.store import DatasetWriter, open_dataset
+    >>> root = tempfile.mkdtemp()
+    >>> with DatasetWriter(root, "prefs", "padded") as w:
+    ...     w.append("train", np.ones((2, 4)), np.ones((2, 4), bool)); w.update(pairs=True)
+    >>> check_single_rows(open_dataset(root, "prefs"))
+    Traceback (most recent call last):
+    ...
+    theseus.errors.BadInput: dataset 'prefs' holds preference pairs (a chosen and a rejected row each): ...
+    """
+    if dataset.meta.get("pairs"):
+        raise BadInput(f"dataset {dataset.name!r} holds preference pairs (a chosen and a rejected row each): "
+                       "this job would train on the rejected rows as on the chosen ones; tune on it with a DPO "
+                       "job (gpt/train/dpo or <family>/train/dpo)")
+
+
 class Loader:
     """Batches of ``batch_size`` rows of ``block_size`` tokens from ``dataset``'s ``split``.
 
@@ -67,10 +88,16 @@ class Loader:
     True
     """
 
+    #: whether batches keep a preference pair's two rows together (`theseus.data.preference.PairLoader`);
+    #: a loader of single rows refuses a pairs dataset (`check_single_rows`)
+    READS_PAIRS = False
+
     def __init__(self, dataset: Dataset, split: str = "train", seed: int = 0, batch_size: int = 8,
                  block_size: int = 512):
         if batch_size < 1 or block_size < 1:
             raise BadInput(f"batch_size and block_size must be >= 1, got {batch_size} and {block_size}")
+        if not self.READS_PAIRS:
+            check_single_rows(dataset)
         self.dataset, self.split, self.seed = dataset, split, int(seed)
         self.batch_size, self.block_size = int(batch_size), int(block_size)
         self.tokens = dataset.tokens(split)

@@ -34,7 +34,7 @@ from fractions import Fraction
 import numpy as np
 
 from theseus.data.hashing import below, hash64
-from theseus.data.loader import check_step, global_rows
+from theseus.data.loader import check_single_rows, check_step, global_rows
 from theseus.data.packing import packed_batch, positions
 from theseus.data.store import Dataset, check_name, open_dataset
 from theseus.errors import BadInput
@@ -79,6 +79,7 @@ class _Stream:
     up to it with eot (out of the loss)."""
 
     def __init__(self, dataset: Dataset, split: str, seed: int, block_size: int):
+        check_single_rows(dataset)  # a sample is one row: a preference pair's two would train alike
         self.dataset, self.seed, self.block_size = dataset, seed, block_size
         self.tokens = dataset.tokens(split)
         self._perms: dict[int, np.ndarray] = {}

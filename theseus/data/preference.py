@@ -323,6 +323,8 @@ class PairLoader(Loader):
     True
     """
 
+    READS_PAIRS = True
+
     def __init__(self, dataset: Dataset, split: str = "train", seed: int = 0, batch_size: int = 8,
                  block_size: int = 512):
         if not is_pairs(dataset):
