@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from theseus.model.config import GPTConfig
-from theseus.model.decode import Sampler, cached_logits, filter_logits, generate_tokens, sample_logits
+from theseus.model.decode import Sampler, Vocabulary, cached_logits, filter_logits, generate_tokens, sample_logits
 from theseus.model.gpt import GPT
 
 VOCAB, BLOCK = 64, 24
@@ -82,7 +82,7 @@ def test_a_row_stops_at_the_end_of_text_token_and_the_others_go_on(gpt):
     # a row b and a token it draws first at step `at` > 0: with that token as eot, row b stops there
     b, at = next((b, i) for b in range(3) for i in range(1, 8) if free.row(b)[i] not in free.row(b)[:i])
     eot = free.row(b)[at]
-    out = generate_tokens(model, params, PROMPTS, 8, greedy, eot=eot)
+    out = generate_tokens(model, params, PROMPTS, 8, greedy, vocab=Vocabulary(eot=eot))
     assert out.row(b) == free.row(b)[:at + 1] and out.stopped[b] and out.counts[b] == at + 1
     assert (out.tokens[b, at + 1:] == eot).all()
     for other in range(3):  # a row that never draws eot runs to max_new_tokens
@@ -92,7 +92,7 @@ def test_a_row_stops_at_the_end_of_text_token_and_the_others_go_on(gpt):
 
 def test_vocab_limit_is_never_drawn(gpt):
     model, params = gpt
-    out = generate_tokens(model, params, PROMPTS, 10, Sampler(temperature=5.0), seed=1, vocab_limit=8)
+    out = generate_tokens(model, params, PROMPTS, 10, Sampler(temperature=5.0), seed=1, vocab=Vocabulary(limit=8))
     assert out.tokens.max() < 8
 
 

@@ -169,14 +169,28 @@ def _padded(prompts: Sequence[Sequence[int]], width: int, vocab_size: int, fill:
     return rows, lengths
 
 
+@dataclasses.dataclass(frozen=True)
+class Vocabulary:
+    """What of the model's vocabulary decoding uses: ``eot``, the end-of-text token a row stops at (None:
+    never), and ``limit``, the first id never drawn (None: all; a model whose vocabulary is padded past its
+    tokenizer's).
+
+    >>> Vocabulary(eot=0, limit=50).limit
+    50
+    """
+
+    eot: int | None = None
+    limit: int | None = None
+
+
 def generate_tokens(module: Any, params: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                    sampler: Sampler | None = None, *, seed: int = 0, eot: int | None = None,
-                    vocab_limit: int | None = None, cache: bool | None = None) -> Generated:
+                    sampler: Sampler | None = None, *, seed: int = 0, vocab: Vocabulary = Vocabulary(),
+                    cache: bool | None = None) -> Generated:
     """Up to ``max_new_tokens`` new tokens after each prompt (lists of token ids), in one jitted loop,
     picked by ``sampler`` (default `Sampler()`: temperature 1) with the keys of ``seed``.
 
-    A row stops at ``eot`` (None: never; the loop ends early once every row has stopped).
-    ``vocab_limit``: tokens at or above it are never drawn (a model whose vocabulary is
+    A row stops at ``vocab.eot`` (None: never; the loop ends early once every row has stopped).
+    ``vocab.limit``: tokens at or above it are never drawn (a model whose vocabulary is
     padded past its tokenizer's). ``cache``: decode with the key/value cache (None: when
     the module has ``init_cache``), or recompute the full forward pass per token. The
     longest prompt plus ``max_new_tokens`` must fit the model's ``block_size``.
@@ -201,6 +215,7 @@ def generate_tokens(module: Any, params: Any, prompts: Sequence[Sequence[int]], 
     if not isinstance(sampler, Sampler):
         raise TypeError(f"sampler must be a theseus.model.decode.Sampler, got {sampler!r}")
     block_size, vocab_size = _config_value(module, "block_size"), _config_value(module, "vocab_size")
+    eot, vocab_limit = vocab.eot, vocab.limit
     if vocab_limit is not None and not 0 < vocab_limit <= vocab_size:
         raise BadInput(f"vocab_limit must be in 1..{vocab_size} (the model's vocabulary), got {vocab_limit}")
     if eot is not None and not 0 <= eot < vocab_size:

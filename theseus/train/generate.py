@@ -28,7 +28,7 @@ import numpy as np
 
 from theseus.data.tokenizer import get_tokenizer
 from theseus.errors import BadInput
-from theseus.model.decode import Sampler, generate_tokens
+from theseus.model.decode import Sampler, Vocabulary, generate_tokens
 
 __all__ = ["Sample", "generate", "tokenizer_of"]
 
@@ -167,6 +167,6 @@ def generate(model: Any, params: Any, tokenizer: Any, prompts: str | Sequence[st
     limit = int(tokenizer.vocab_size)
     limit = limit if vocab_size is not None and limit < vocab_size else None
     ids = [list(tokenizer.encode(text)) for text in texts]
-    out = generate_tokens(model, params, ids, max_new_tokens, sampler, seed=seed, eot=eot, vocab_limit=limit,
-                          cache=cache)
+    out = generate_tokens(model, params, ids, max_new_tokens, sampler, seed=seed,
+                          vocab=Vocabulary(eot=eot, limit=limit), cache=cache)
     return [_finish(text, out.row(b), bool(out.stopped[b]), tokenizer, stops) for b, text in enumerate(texts)]
