@@ -245,6 +245,7 @@ class Recipe:
         """
         check_config(config, type(self).Config)
         self.MODEL.check(config.architecture)
+        shard_config(config)  # tp must divide the heads: a config error, named before the mesh is made
         for part in [*self.EVALUATION, *self.ANALYSIS]:
             part.check(config)
         self._check_analysis_keys(config)
