@@ -75,15 +75,20 @@ def _answer_logprob(root, node, question: str, answer: str) -> tuple[float, str]
         trainer.close()
 
 
+def sft_config(source, dataset: str, steps: int, batch_size: int, every: int) -> dict:
+    """The config of an SFT run from ``source`` on ``dataset``: a report each step, a checkpoint and a validation
+    every ``every`` steps."""
+    return {"training": {"init_from": source.nonce, "batch_size": batch_size, "per_device_batch_size": batch_size,
+                         "steps": steps, "validation_steps": 1},
+            "data": {"dataset": dataset},
+            "logging": {"report_interval": 1, "checkpoint_interval": every, "validation_interval": every}}
+
+
 def run_sft(root, source, name: str, dataset: str, steps: int, batch_size: int, every: int, **sections):
-    """A ``llama/train/sft`` run from ``source`` on ``dataset``: a report each step, a checkpoint and a validation
-    every ``every`` steps, ``sections`` over that; its last node."""
-    config = {"training": {"init_from": source.nonce, "batch_size": batch_size, "per_device_batch_size": batch_size,
-                           "steps": steps, "validation_steps": 1},
-              "data": {"dataset": dataset},
-              "logging": {"report_interval": 1, "checkpoint_interval": every, "validation_interval": every}}
+    """A ``llama/train/sft`` run of `sft_config`, ``sections`` over it; its last node."""
     with quick(root) as q:
-        q.build("llama/train/sft", name).config.merge_with({**config, **sections})
+        q.build("llama/train/sft", name).config.merge_with({**sft_config(source, dataset, steps, batch_size, every),
+                                                            **sections})
         return q.create()()
 
 
@@ -134,6 +139,35 @@ def test_a_resumed_packed_sft_run_replays_its_steps_bit_for_bit_and_verifies(imp
     assert all(r[k] == before[r["train/step"]][k] for r in after for k in keys)
     start = store.find().nonce(end.nonce).where("train/step", "==", 3).first()
     assert verify(root, start.id, steps=2).verdict.status == "bitwise"
+
+
+@pytest.mark.slow
+def test_an_sft_job_trains_on_a_mixture_of_packed_and_unpacked_chat_data(imported):
+    from tests.conftest import scratch_registry
+    from theseus.jobs import job
+    from theseus.train.recipe import Sampling
+    from theseus.train.sft import SFTLlama
+
+    root, node = imported
+    with scratch_registry():  # the subclass's key is registered for this test only
+
+        @job("lab/train/sft-mix", "SFT on an even mixture of the unpacked and the packed chat data.")
+        class SFTMix(SFTLlama):
+            DATA = [Sampling("chat", 0.5), Sampling("packed", 0.5)]
+
+        config = sft_config(node, "chat", steps=6, batch_size=4, every=6)
+        config["data"] = {"seed": 0}  # the mixture's datasets come from DATA (data.mixture), not data.dataset
+        with quick(root) as q:
+            cfg = q.build("lab/train/sft-mix", "sft-mix").config
+            assert [(s.dataset, s.rate) for s in cfg.data.mixture] == [("chat", 0.5), ("packed", 0.5)]
+            # the packed rows' width; the unpacked rows are padded up to it, out of the loss
+            cfg.merge_with({**config, "architecture": {"block_size": 128}, "optimization": {"lr": 1e-2}})
+            last = q.create()()
+    store = Store(root)
+    losses = [r["train/loss"] for r in store.find().nonce(last.nonce).has("train/loss").select(keys=["train/loss"])]
+    assert len(losses) == 6 and losses[-1] < 0.85 * losses[0]
+    record = store.record(last)
+    assert all(record[f"eval/{name}-val/loss"] < losses[0] for name in ("chat", "packed"))
 
 
 def test_sft_without_init_from_is_refused(imported):

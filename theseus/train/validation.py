@@ -47,7 +47,9 @@ class Validation:
     def __init__(self, built: Built, log: Any = logger):
         self.built = built
         self.log = log
-        self._eval_steps: dict[bool, Any] = {}  # with a frozen tree or without -> the jitted eval step
+        # (with a frozen tree or without, the batch keys) -> the jitted eval step: a mixture's datasets may differ
+        # in keys (a packed one's segment ids), and a step's shardings name its keys
+        self._eval_steps: dict[tuple[bool, tuple[str, ...]], Any] = {}
         self._losses: dict[int, tuple[int, tuple]] = {}  # id(loader) -> (step, the loss pass of that step)
         self._batches: dict[int, int] = {}  # id(loader) -> batches one validation pass reads
 
@@ -63,9 +65,9 @@ class Validation:
             return cached[1]
         keys = batch_keys(loader)
         with_frozen = frozen is not None
-        if with_frozen not in self._eval_steps:
-            self._eval_steps[with_frozen] = jit_eval_step(self.built.parts, self.built.layout, keys, with_frozen)
-        eval_step = self._eval_steps[with_frozen]
+        if (with_frozen, keys) not in self._eval_steps:
+            self._eval_steps[with_frozen, keys] = jit_eval_step(self.built.parts, self.built.layout, keys, with_frozen)
+        eval_step = self._eval_steps[with_frozen, keys]
         total = jnp.zeros((), jnp.float32)
         count = jnp.zeros((), jnp.float32)
         for k in range(self.batches(loader)):
