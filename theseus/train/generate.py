@@ -30,7 +30,7 @@ from theseus.data.tokenizer import get_tokenizer
 from theseus.errors import BadInput
 from theseus.model.decode import Sampler, Vocabulary, generate_tokens
 
-__all__ = ["Sample", "generate", "tokenizer_of"]
+__all__ = ["Decoding", "Sample", "generate", "tokenizer_of"]
 
 #: why a sample ended: its end-of-text token, a stop string, or max_new_tokens
 STOPS = ("eot", "stop", "length")
@@ -53,6 +53,25 @@ class Sample:
     text: str
     tokens: tuple[int, ...]
     stop: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Decoding:
+    """How `generate` draws: ``max_new_tokens`` per sample, ``temperature`` (0: greedy), ``top_k`` (0: every
+    token), ``top_p`` (1.0: every token), ``seed``, the ``stop`` strings and ``cache`` (False: a full forward pass
+    per token instead of the key/value cache); the keywords `generate` takes, kept together.
+
+    >>> Decoding(temperature=0.0).max_new_tokens
+    64
+    """
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    stop: str | Sequence[str] | None = None
+    cache: bool | None = None
 
 
 def tokenizer_of(config: Any, recorded: Iterable[Mapping | None] = (), root: str | None = None) -> Any:
@@ -125,10 +144,9 @@ def _finish(prompt: str, ids: list[int], stopped: bool, tokenizer: Any, stops: l
     return Sample(prompt, text[:cut], tuple(ids[:end]), "stop")
 
 
-def generate(model: Any, params: Any, tokenizer: Any, prompts: str | Sequence[str], *, max_new_tokens: int = 64,
-             temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-             stop: str | Sequence[str] | None = None, cache: bool | None = None) -> list[Sample]:
-    """A `Sample` per prompt (a string or a list of them), continued by ``model`` with ``params``.
+def generate(model: Any, params: Any, tokenizer: Any, prompts: str | Sequence[str], **options: Any) -> list[Sample]:
+    """A `Sample` per prompt (a string or a list of them), continued by ``model`` with ``params``; ``options``:
+    the fields of `Decoding` (an unknown one is a TypeError, as for any keyword).
 
     ``temperature`` 0 is greedy; ``top_k`` 0 and ``top_p`` 1.0 keep every token; the same
     ``seed`` gives the same text (sample i of a call draws with the keys of (seed, i)). A
@@ -156,10 +174,11 @@ def generate(model: Any, params: Any, tokenizer: Any, prompts: str | Sequence[st
     ...
     theseus.errors.BadInput: seed must be an integer in 0..4294967295 (a JAX key holds 32 bits), got 4294967296
     """
+    decoding = Decoding(**options)
     texts = _prompts(prompts)
-    stops = _stops(stop)
-    _check_draws(temperature, seed)
-    sampler = Sampler(temperature=temperature, top_k=top_k, top_p=top_p)
+    stops = _stops(decoding.stop)
+    _check_draws(decoding.temperature, decoding.seed)
+    sampler = Sampler(temperature=decoding.temperature, top_k=decoding.top_k, top_p=decoding.top_p)
     vocab_size = int(model.config.vocab_size) if hasattr(model, "config") else None
     eot = int(tokenizer.eot)
     if vocab_size is not None and eot >= vocab_size:
@@ -167,6 +186,6 @@ def generate(model: Any, params: Any, tokenizer: Any, prompts: str | Sequence[st
     limit = int(tokenizer.vocab_size)
     limit = limit if vocab_size is not None and limit < vocab_size else None
     ids = [list(tokenizer.encode(text)) for text in texts]
-    out = generate_tokens(model, params, ids, max_new_tokens, sampler, seed=seed,
-                          vocab=Vocabulary(eot=eot, limit=limit), cache=cache)
+    out = generate_tokens(model, params, ids, decoding.max_new_tokens, sampler, seed=decoding.seed,
+                          vocab=Vocabulary(eot=eot, limit=limit), cache=decoding.cache)
     return [_finish(text, out.row(b), bool(out.stopped[b]), tokenizer, stops) for b, text in enumerate(texts)]
