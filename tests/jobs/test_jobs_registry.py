@@ -8,8 +8,8 @@ import pytest
 from theseus.jobs import Job, UnknownJobError, get_job, job, registry
 from theseus.store import Node, Store
 
-TOKENIZE_JOBS = ["data/tokenize/addition", "data/tokenize/alpaca", "data/tokenize/fineweb",
-                 "data/tokenize/pydoc", "data/tokenize/text"]
+TOKENIZE_JOBS = ["data/tokenize/addition", "data/tokenize/alpaca", "data/tokenize/chat", "data/tokenize/fineweb",
+                 "data/tokenize/preference", "data/tokenize/pydoc", "data/tokenize/text"]
 
 
 @dataclasses.dataclass
