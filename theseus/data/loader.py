@@ -23,6 +23,28 @@ from theseus.errors import BadInput
 _PERMS_CACHED = 2
 
 
+class EpochOrders:
+    """Each epoch's visiting order of ``n`` items, hashed from (seed, epoch), the latest epochs kept: the one
+    order every loader of rows shares, so a step's rows are a pure function of the seed and the step.
+
+    >>> orders = EpochOrders(seed=0)
+    >>> sorted(orders(3, 5).tolist()), orders(3, 5) is orders(3, 5)
+    ([0, 1, 2, 3, 4], True)
+    """
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self._cached: dict[int, np.ndarray] = {}
+
+    def __call__(self, epoch: int, n: int) -> np.ndarray:
+        if epoch not in self._cached:
+            if len(self._cached) >= _PERMS_CACHED:
+                self._cached.pop(next(iter(self._cached)))
+            keys = hash64(self.seed, epoch, np.arange(n, dtype=np.uint64))
+            self._cached[epoch] = np.argsort(keys, kind="stable")
+        return self._cached[epoch]
+
+
 def check_step(k) -> int:
     """``k`` as an int if it is a valid step (a non-negative integer).
 
@@ -102,7 +124,7 @@ class Loader:
         self.batch_size, self.block_size = int(batch_size), int(block_size)
         self.tokens = dataset.tokens(split)
         self.kind = dataset.kind
-        self._perms: dict[int, np.ndarray] = {}
+        self._orders = EpochOrders(self.seed)
         if self.kind == "contiguous":
             n = self.tokens.shape[0]
             if n < self.block_size + 1:
@@ -156,14 +178,6 @@ class Loader:
             "padding_mask": np.ones((len(r), T), dtype=bool),
         }
 
-    def _permutation(self, epoch: int) -> np.ndarray:
-        if epoch not in self._perms:
-            if len(self._perms) >= _PERMS_CACHED:
-                self._perms.pop(next(iter(self._perms)))
-            keys = hash64(self.seed, epoch, np.arange(self.n_rows, dtype=np.uint64))
-            self._perms[epoch] = np.argsort(keys, kind="stable")
-        return self._perms[epoch]
-
     def row_indices(self, k: int, rows=None) -> np.ndarray:
         """Dataset row indices of the rows of step ``k`` (padded datasets): each epoch
         visits every row once, in an order hashed from (seed, epoch).
@@ -178,7 +192,7 @@ class Loader:
         out = np.empty_like(g)
         for e in np.unique(epochs).tolist():
             sel = epochs == e
-            out[sel] = self._permutation(e)[pos[sel]]
+            out[sel] = self._orders(e, self.n_rows)[pos[sel]]
         return out
 
     def _padded(self, k: int, r: np.ndarray) -> dict[str, np.ndarray]:

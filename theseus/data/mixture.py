@@ -34,14 +34,13 @@ from fractions import Fraction
 import numpy as np
 
 from theseus.data.hashing import below, hash64
-from theseus.data.loader import check_single_rows, check_step, global_rows
+from theseus.data.loader import EpochOrders, check_single_rows, check_step, global_rows
 from theseus.data.packing import packed_batch, positions
 from theseus.data.store import Dataset, check_name, open_dataset
 from theseus.errors import BadInput
 
 _ORDER_STREAM = 0  # hash key of the stream that assigns the rows of a step to sources
 _SOURCE_STREAM = 1  # hash key of the streams that seed each source
-_PERMS_CACHED = 2
 
 
 def _check_rate(dataset: str, rate) -> float:
@@ -82,7 +81,7 @@ class _Stream:
         check_single_rows(dataset)  # a sample is one row: a preference pair's two would train alike
         self.dataset, self.seed, self.block_size = dataset, seed, block_size
         self.tokens = dataset.tokens(split)
-        self._perms: dict[int, np.ndarray] = {}
+        self._orders = EpochOrders(seed)
         if dataset.kind == "contiguous":
             n = self.tokens.shape[0]
             if n < block_size + 1:
@@ -96,14 +95,6 @@ class _Stream:
                 raise BadInput(f"dataset {dataset.name!r} has no {split} rows")
             self.eot = int((dataset.tokenizer or {}).get("eot", 0))
 
-    def _permutation(self, epoch: int) -> np.ndarray:
-        if epoch not in self._perms:
-            if len(self._perms) >= _PERMS_CACHED:
-                self._perms.pop(next(iter(self._perms)))
-            keys = hash64(self.seed, epoch, np.arange(self.n_rows, dtype=np.uint64))
-            self._perms[epoch] = np.argsort(keys, kind="stable")
-        return self._perms[epoch]
-
     def read(self, samples: np.ndarray, at: np.ndarray, out: dict[str, np.ndarray]) -> None:
         """Write samples ``samples`` into rows ``at`` of the batch arrays ``out``."""
         T = self.block_size
@@ -116,7 +107,7 @@ class _Stream:
         idx = np.empty_like(samples)
         for e in np.unique(epochs).tolist():
             sel = epochs == e
-            idx[sel] = self._permutation(e)[pos[sel]]
+            idx[sel] = self._orders(e, self.n_rows)[pos[sel]]
         width = min(self.tokens.shape[1], T + 1)  # y needs one token past the row: pad it, out of the loss
         tokens = np.full((len(idx), T + 1), self.eot, dtype=self.tokens.dtype)
         mask = np.zeros((len(idx), T + 1), dtype=bool)

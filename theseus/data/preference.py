@@ -41,9 +41,9 @@ import numpy as np
 
 from theseus.data import sources
 from theseus.data.chat import ChatTemplate, assistant_spans, check_messages, load_template
-from theseus.data.hashing import hash64, uniform
+from theseus.data.hashing import uniform
 from theseus.data.jobs import PaddedData, TokenizeJob, TokenizerConfig
-from theseus.data.loader import Loader, check_step
+from theseus.data.loader import EpochOrders, Loader, check_step
 from theseus.data.store import Dataset, DatasetWriter
 from theseus.data.tokenize import OVERLONG, PROGRESS_EVERY
 from theseus.errors import BadInput
@@ -53,7 +53,6 @@ __all__ = ["PairLoader", "PairText", "PreferenceConfig", "TokenizePreference", "
            "read_pairs", "tokenize_pairs"]
 
 _FIELDS = ("prompt", "chosen", "rejected")
-_PERMS_CACHED = 2
 Progress = Callable[[int, int, int], None]
 
 
@@ -336,16 +335,7 @@ class PairLoader(Loader):
         if self.n_rows % 2:
             raise BadInput(f"dataset {dataset.name!r} {split} has {self.n_rows} rows, not whole pairs")
         self.n_pairs = self.n_rows // 2
-        self._pair_perms: dict[int, np.ndarray] = {}
-
-    def _pair_order(self, epoch: int) -> np.ndarray:
-        """The pairs in the order epoch ``epoch`` visits them (hashed from the seed and the epoch)."""
-        if epoch not in self._pair_perms:
-            if len(self._pair_perms) >= _PERMS_CACHED:
-                self._pair_perms.pop(next(iter(self._pair_perms)))
-            keys = hash64(self.seed, epoch, np.arange(self.n_pairs, dtype=np.uint64))
-            self._pair_perms[epoch] = np.argsort(keys, kind="stable")
-        return self._pair_perms[epoch]
+        self._pair_orders = EpochOrders(self.seed)  # pairs, not rows, are what an epoch shuffles
 
     def row_indices(self, k: int, rows=None) -> np.ndarray:
         """Dataset rows of the rows of step ``k``: row ``j`` of the batch is the chosen row of pair ``j % (B/2)``
@@ -361,7 +351,7 @@ class PairLoader(Loader):
         pairs = np.empty_like(position)
         for e in np.unique(epochs).tolist():
             sel = epochs == e
-            pairs[sel] = self._pair_order(e)[pos[sel]]
+            pairs[sel] = self._pair_orders(e, self.n_pairs)[pos[sel]]
         return 2 * pairs + g // half
 
     def __repr__(self) -> str:
