@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from theseus.data import DatasetWriter, Loader, get_tokenizer, open_dataset, tokenize_contiguous
+from theseus.data import DatasetWriter, Loader, Reading, get_tokenizer, open_dataset, tokenize_contiguous
 from theseus.data.sources import pydoc_corpus
 
 
@@ -46,7 +46,7 @@ def bench_tokenize(texts: list[str], repeats: int) -> None:
             calls = []
             t0, c0 = time.perf_counter(), time.process_time()
             s = tokenize_contiguous(texts, tok, DatasetWriter(root, "bench", "contiguous"),
-                                    on_progress=lambda *a: calls.append(a))
+                                    Reading(on_progress=lambda *a: calls.append(a)))
             e2e_s.append(time.perf_counter() - t0)
             e2e_cpu.append(time.process_time() - c0)
             assert s["train_tokens"] + s["val_tokens"] == n_tokens, (s, n_tokens)

@@ -6,8 +6,9 @@ import pytest
 
 from theseus.data import sources
 from theseus.data.store import DatasetWriter, list_datasets, open_dataset
-from theseus.data.tokenize import tokenize_contiguous, tokenize_padded
+from theseus.data.tokenize import Reading, tokenize_contiguous, tokenize_padded
 from theseus.data.tokenizer import get_tokenizer
+from theseus.errors import BadInput
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,8 @@ def split_docs(tokens, eot):
 
 def test_contiguous_roundtrip(tmp_path, tok):
     corpus = docs(300)
-    s = tokenize_contiguous(corpus, tok, DatasetWriter(tmp_path, "d", "contiguous"), val_pct=0.2, seed=1)
+    s = tokenize_contiguous(corpus, tok, DatasetWriter(tmp_path, "d", "contiguous"),
+                            reading=Reading(val_pct=0.2, seed=1))
     ds = open_dataset(tmp_path, "d")
     assert ds.meta["tokenizer"] == tok.describe() and ds.meta["summary"]["samples"] == 300
     train = [tok.decode(d) for d in split_docs(ds.tokens("train"), tok.eot)]
@@ -51,20 +53,21 @@ def test_contiguous_independent_of_batching_and_threads(tmp_path, tok):
     hashes = set()
     for i, (batch_docs, threads) in enumerate([(1, 1), (7, 2), (256, 2), (50, 1)]):
         s = tokenize_contiguous(iter(corpus), tok, DatasetWriter(tmp_path, f"d{i}", "contiguous"),
-                                val_pct=0.3, seed=5, batch_docs=batch_docs, num_threads=threads)
+                                Reading(val_pct=0.3, seed=5, num_threads=threads), batch_docs=batch_docs)
         hashes.add(s["content_hash"])
     assert len(hashes) == 1
-    other = tokenize_contiguous(corpus, tok, DatasetWriter(tmp_path, "seed6", "contiguous"), val_pct=0.3, seed=6)
+    other = tokenize_contiguous(corpus, tok, DatasetWriter(tmp_path, "seed6", "contiguous"),
+                                reading=Reading(val_pct=0.3, seed=6))
     assert other["content_hash"] not in hashes
 
 
 def test_limits_are_exact_and_batch_independent(tmp_path, tok):
     corpus = docs(500)
-    s = tokenize_contiguous(corpus, tok, DatasetWriter(tmp_path, "ms", "contiguous"), max_samples=123)
+    s = tokenize_contiguous(corpus, tok, DatasetWriter(tmp_path, "ms", "contiguous"), reading=Reading(max_samples=123))
     assert s["samples"] == 123
     results = []
     for i, batch_docs in enumerate([3, 64, 1000]):
-        s = tokenize_contiguous(corpus, tok, DatasetWriter(tmp_path, f"mt{i}", "contiguous"), val_pct=0.1,
+        s = tokenize_contiguous(corpus, tok, DatasetWriter(tmp_path, f"mt{i}", "contiguous"), Reading(val_pct=0.1),
                                 max_tokens=1001, batch_docs=batch_docs)
         assert s["train_tokens"] == 1001 == len(open_dataset(tmp_path, f"mt{i}").tokens("train"))
         results.append((s["samples"], s["val_tokens"], s["content_hash"]))
@@ -76,7 +79,7 @@ def test_limits_are_exact_and_batch_independent(tmp_path, tok):
 def test_progress_every_1000_and_at_end(tmp_path, tok):
     calls = []
     s = tokenize_contiguous(docs(2500), tok, DatasetWriter(tmp_path, "p", "contiguous"), batch_docs=300,
-                            on_progress=lambda *a: calls.append(a))
+                            reading=Reading(on_progress=lambda *a: calls.append(a)))
     assert [c[0] for c in calls] == [1000, 2000, 2500]
     assert calls[-1] == (2500, s["train_tokens"], s["val_tokens"])
     assert all(a[1] <= b[1] and a[2] <= b[2] for a, b in zip(calls, calls[1:]))
@@ -85,7 +88,7 @@ def test_progress_every_1000_and_at_end(tmp_path, tok):
     assert calls[0] == (1000, first["train_tokens"], first["val_tokens"])
     calls.clear()
     tokenize_contiguous(docs(2000), tok, DatasetWriter(tmp_path, "p2", "contiguous"),
-                        on_progress=lambda *a: calls.append(a))
+                        reading=Reading(on_progress=lambda *a: calls.append(a)))
     assert [c[0] for c in calls] == [1000, 2000]
 
 
@@ -117,7 +120,8 @@ def test_wrong_writer_kind(tmp_path, tok):
 
 def test_padded_rows_and_masks(tmp_path, tok):
     pairs = list(sources.addition(200, seed=0, max_digits=3)) + [("a long prompt " * 10, "and answer")]
-    s = tokenize_padded(pairs, tok, DatasetWriter(tmp_path, "add", "padded"), block_size=12, val_pct=0.0)
+    s = tokenize_padded(pairs, tok, DatasetWriter(tmp_path, "add", "padded"), block_size=12,
+                        reading=Reading(val_pct=0.0))
     ds = open_dataset(tmp_path, "add")
     assert s["samples"] == 201 and s["truncated"] == 1 and s["train_rows"] == 201 and s["val_rows"] == 0
     rows, masks = ds.tokens("train"), ds.mask("train")
@@ -135,14 +139,15 @@ def test_padded_rows_and_masks(tmp_path, tok):
 def test_padded_val_split_and_limits(tmp_path, tok):
     pairs = list(sources.addition(1500, seed=1, max_digits=2))
     calls = []
-    s = tokenize_padded(pairs, tok, DatasetWriter(tmp_path, "v", "padded"), block_size=8, val_pct=0.2, seed=3,
-                        on_progress=lambda *a: calls.append(a))
+    s = tokenize_padded(pairs, tok, DatasetWriter(tmp_path, "v", "padded"), block_size=8,
+                        reading=Reading(val_pct=0.2, seed=3, on_progress=lambda *a: calls.append(a)))
     assert 200 < s["val_rows"] < 400 and s["train_rows"] + s["val_rows"] == 1500
     assert [c[0] for c in calls] == [1000, 1500] and calls[-1] == (1500, s["train_tokens"], s["val_tokens"])
-    again = tokenize_padded(pairs, tok, DatasetWriter(tmp_path, "v2", "padded"), block_size=8, val_pct=0.2, seed=3,
-                            batch_pairs=17, num_threads=1)
+    again = tokenize_padded(pairs, tok, DatasetWriter(tmp_path, "v2", "padded"), block_size=8, batch_pairs=17,
+                            reading=Reading(val_pct=0.2, seed=3, num_threads=1))
     assert again["content_hash"] == s["content_hash"]
-    small = tokenize_padded(pairs, tok, DatasetWriter(tmp_path, "v3", "padded"), block_size=8, max_samples=10)
+    small = tokenize_padded(pairs, tok, DatasetWriter(tmp_path, "v3", "padded"), block_size=8,
+                            reading=Reading(max_samples=10))
     assert small["samples"] == 10
     with pytest.raises(ValueError, match="block_size must be >= 2"):
         tokenize_padded(pairs, tok, DatasetWriter(tmp_path, "v4", "padded"), block_size=1)
@@ -150,7 +155,7 @@ def test_padded_val_split_and_limits(tmp_path, tok):
 
 def test_pydoc_end_to_end(tmp_path, tok):
     s = tokenize_contiguous(sources.pydoc_corpus(), tok, DatasetWriter(tmp_path, "pydoc", "contiguous"),
-                            max_samples=10, val_pct=0.0)
+                            reading=Reading(val_pct=0.0, max_samples=10))
     assert s["samples"] == 10 and s["val_tokens"] == 0 and s["train_tokens"] > 1000
 
 
@@ -170,6 +175,27 @@ class ListOnly:
 def test_fast_and_generic_paths_agree(tmp_path, tok):
     corpus = docs(50) + ["special <|endoftext|> as text", "lone surrogate \ud800 here", "é ü 漢字 🙂"]
     assert [a.tolist() for a in tok.encode_arrays(corpus)] == tok.encode_batch(corpus)
-    fast = tokenize_contiguous(corpus, tok, DatasetWriter(tmp_path, "fast", "contiguous"), val_pct=0.2)
-    slow = tokenize_contiguous(corpus, ListOnly(tok), DatasetWriter(tmp_path, "slow", "contiguous"), val_pct=0.2)
+    fast = tokenize_contiguous(corpus, tok, DatasetWriter(tmp_path, "fast", "contiguous"), reading=Reading(val_pct=0.2))
+    slow = tokenize_contiguous(corpus, ListOnly(tok), DatasetWriter(tmp_path, "slow", "contiguous"),
+                               reading=Reading(val_pct=0.2))
     assert fast["content_hash"] == slow["content_hash"]
+
+
+def test_reading_refuses_bad_settings():
+    with pytest.raises(BadInput, match="val_pct must be in"):
+        Reading(val_pct=1.0)
+    with pytest.raises(BadInput, match="max_samples must be -1"):
+        Reading(max_samples=-2)
+    with pytest.raises(BadInput, match="num_threads must be >= 1"):
+        Reading(num_threads=0)
+
+
+def test_reading_is_one_split_for_every_tokenizer(tmp_path, tok):
+    """Documents and pairs at the same indexes go to the same split under the same Reading."""
+    reading = Reading(val_pct=0.5, seed=9)
+    texts = [f"doc {i}" for i in range(40)]
+    s = tokenize_contiguous(texts, tok, DatasetWriter(tmp_path, "c", "contiguous"), reading)
+    p = tokenize_padded([(t, "x") for t in texts], tok, DatasetWriter(tmp_path, "p", "padded"), 8, reading)
+    in_val = int(reading.is_val(0, 40).sum())
+    assert p["val_rows"] == in_val and s["val_tokens"] == sum(len(tok.encode(t)) + 1 for t, v in
+                                                               zip(texts, reading.is_val(0, 40)) if v)

@@ -6,7 +6,7 @@ No JAX here: the trainer turns the NumPy batches into device arrays.
 from theseus.data.loader import Loader
 from theseus.data.mixture import MixtureLoader, Sampling, open_mixture
 from theseus.data.store import Dataset, DatasetNotFound, DatasetWriter, list_datasets, open_dataset
-from theseus.data.tokenize import tokenize_contiguous, tokenize_padded
+from theseus.data.tokenize import Reading, tokenize_contiguous, tokenize_padded
 from theseus.data.tokenizer import get_tokenizer
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "DatasetWriter",
     "Loader",
     "MixtureLoader",
+    "Reading",
     "Sampling",
     "get_tokenizer",
     "list_datasets",

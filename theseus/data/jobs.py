@@ -40,7 +40,7 @@ from theseus.config import to_dict
 from theseus.data import sources
 from theseus.data.chat import load_template
 from theseus.data.store import META, DatasetWriter, check_name, data_dir
-from theseus.data.tokenize import OVERLONG, tokenize_chat, tokenize_contiguous, tokenize_padded
+from theseus.data.tokenize import OVERLONG, Reading, tokenize_chat, tokenize_contiguous, tokenize_padded
 from theseus.data.tokenizer import TokenizerConfig, get_tokenizer
 from theseus.errors import AlreadyExists, BadInput
 from theseus.jobs import Job, job
@@ -323,21 +323,21 @@ class TokenizeJob(Job):
         """
         raise NotImplementedError
 
-    def tokenize(self, out: DatasetWriter, **common: Any) -> dict:
-        """Tokenize ``source()`` into ``out`` and publish it; the summary. ``common``: ``val_pct``, ``seed``,
-        ``max_samples``, ``on_progress``, ``num_threads``. A job whose rows neither `tokenize_padded` nor
-        `tokenize_contiguous` builds overrides it (preference pairs: `theseus.data.preference`).
+    def tokenize(self, out: DatasetWriter, reading: Reading = Reading()) -> dict:
+        """Tokenize ``source()`` into ``out`` and publish it, read as ``reading`` says; the summary. A job
+        whose rows neither `tokenize_padded` nor `tokenize_contiguous` builds overrides it (preference
+        pairs: `theseus.data.preference`).
 
         >>> import tempfile
         >>> job = TokenizePydoc.create(tempfile.mkdtemp(), "t")
         >>> out = DatasetWriter(job.store.root, "pydoc", job.kind)
-        >>> job.tokenize(out, max_samples=2)["samples"]
+        >>> job.tokenize(out, Reading(max_samples=2))["samples"]
         2
         """
         data = self.config.data
         if self.kind == "padded":
-            return tokenize_padded(self.source(), self.tokenizer, out, block_size=data.block_size, **common)
-        return tokenize_contiguous(self.source(), self.tokenizer, out, max_tokens=data.max_tokens, **common)
+            return tokenize_padded(self.source(), self.tokenizer, out, data.block_size, reading)
+        return tokenize_contiguous(self.source(), self.tokenizer, out, reading, max_tokens=data.max_tokens)
 
     def run(self) -> dict:
         """Tokenize, writing progress records; return the summary (with ``dataset`` and ``content_hash``).
@@ -361,9 +361,8 @@ class TokenizeJob(Job):
                               f" | {time.perf_counter() - t0:.1f}s")
                 bar(samples)
 
-            common = {"val_pct": data.val_pct, "seed": data.seed, "max_samples": data.max_samples,
-                      "on_progress": on_progress, "num_threads": num_threads()}
-            summary = self.tokenize(out, **common)
+            summary = self.tokenize(out, Reading(data.val_pct, data.seed, data.max_samples, on_progress,
+                                                 num_threads()))
         self.writer.write(self.node, {"data/dataset": summary["dataset"], "data/content_hash": summary["content_hash"],
                                       "data/seconds": float(summary["seconds"])})
         self.log.info(f"DATA | wrote {self.kind} dataset {summary['dataset']!r} to "
@@ -560,12 +559,11 @@ class TokenizeChat(TokenizeJob):
         """``(where, messages)`` of each conversation."""
         return sources.chat_records(self.files)
 
-    def tokenize(self, out: DatasetWriter, **common: Any) -> dict:
+    def tokenize(self, out: DatasetWriter, reading: Reading = Reading()) -> dict:
         """``tokenize_chat`` of the conversations into ``out``; its counts logged and recorded."""
         data = self.config.data
-        common.pop("num_threads", None)  # rendering a template is Python work: one thread
-        summary = tokenize_chat(self.source(), self.tokenizer, self.template, out, block_size=data.block_size,
-                                overlong=data.overlong, pack=data.pack, **common)
+        summary = tokenize_chat(self.source(), self.tokenizer, self.template, out, data.block_size,
+                                data.overlong, data.pack, reading)
         self.writer.write(self.node, {"data/real_token_share": float(summary["real_token_share"]),
                                       "data/truncated": summary["truncated"], "data/dropped": summary["dropped"]})
         self.log.info(f"DATA | {summary['samples']} conversations | {summary['truncated']} truncated, "

@@ -20,7 +20,9 @@ step k is a pure function of the data, the seed, the batch size and k.
 >>> folder = pathlib.Path(tempfile.mkdtemp())
 >>> _ = (folder / "p.jsonl").write_text(json.dumps({"prompt": "2+2=", "chosen": "4", "rejected": "5"}) + "\\n")
 >>> out = DatasetWriter(str(folder), "prefs", "padded")
->>> tokenize_pairs(read_pairs([str(folder / "p.jsonl")]), get_tokenizer(), out, block_size=8, val_pct=0)["pairs"]
+>>> from theseus.data.tokenize import Reading
+>>> pairs = read_pairs([str(folder / "p.jsonl")])
+>>> tokenize_pairs(pairs, get_tokenizer(), out, block_size=8, reading=Reading(val_pct=0))["pairs"]
 1
 >>> batch = PairLoader(open_dataset(str(folder), "prefs"), batch_size=2, block_size=8).batch(0)
 >>> batch["x"][:, :4].tolist(), batch["padding_mask"].sum(axis=1).tolist()
@@ -41,11 +43,10 @@ import numpy as np
 
 from theseus.data import sources
 from theseus.data.chat import ChatTemplate, assistant_spans, check_messages, load_template
-from theseus.data.hashing import uniform
 from theseus.data.jobs import PaddedData, TokenizeJob, TokenizerConfig
 from theseus.data.loader import EpochOrders, Loader, check_step
 from theseus.data.store import Dataset, DatasetWriter
-from theseus.data.tokenize import OVERLONG, PROGRESS_EVERY
+from theseus.data.tokenize import OVERLONG, PROGRESS_EVERY, Reading
 from theseus.errors import BadInput
 from theseus.jobs import job
 
@@ -53,7 +54,6 @@ __all__ = ["PairLoader", "PairText", "PreferenceConfig", "TokenizePreference", "
            "read_pairs", "tokenize_pairs"]
 
 _FIELDS = ("prompt", "chosen", "rejected")
-Progress = Callable[[int, int, int], None]
 
 
 class PairText(NamedTuple):
@@ -194,36 +194,34 @@ class _Counts:
     truncated: int = 0
     dropped: int = 0
 
-    def progress(self, on_progress: Progress | None) -> None:
-        if on_progress is not None:
-            on_progress(self.pairs, self.tokens["train"], self.tokens["val"])
+    def progress(self, reading: Reading) -> None:
+        reading.progress(self.pairs, self.tokens["train"], self.tokens["val"])
 
 
 def tokenize_pairs(pairs: Iterable[tuple[str, str, str]], tokenizer, out: DatasetWriter, block_size: int,
-                   val_pct: float = 0.05, seed: int = 2357, max_samples: int = -1, overlong: str = "truncate",
-                   on_progress: Progress | None = None, num_threads: int = 2) -> dict:
+                   overlong: str = "truncate", reading: Reading = Reading()) -> dict:
     """Encode `PairText` records (or ``(prompt, chosen, rejected)`` tuples) into ``out`` (a padded
     ``DatasetWriter``) as row pairs (`pair_rows`), and publish it with ``"pairs": true`` in its meta.json; returns
     the summary (``pairs`` written, ``truncated`` and ``dropped`` pairs, rows and tokens per split).
-    ``max_samples`` caps the records read; ``on_progress(records, train_tokens, val_tokens)`` every 1,000
-    records and at the end.
+    ``reading`` says which records go to val, how many are read (``max_samples``) and who hears progress
+    (``on_progress(records, train_tokens, val_tokens)`` every 1,000 records and at the end).
 
     >>> import tempfile
     >>> from theseus.data.tokenizer import get_tokenizer
     >>> out = DatasetWriter(tempfile.mkdtemp(), "p", "padded")
-    >>> s = tokenize_pairs([("1+1=", "2", "3")] * 3 + [("1+1=" * 9, "2", "3")], get_tokenizer(), out, 8, val_pct=0)
+    >>> s = tokenize_pairs([("1+1=", "2", "3")] * 3 + [("1+1=" * 9, "2", "3")], get_tokenizer(), out, 8,
+    ...                    reading=Reading(val_pct=0))
     >>> s["pairs"], s["dropped"], s["train_rows"]
     (3, 1, 6)
     """
     if out.kind != "padded":
         raise BadInput(f"preference pairs need a 'padded' DatasetWriter, got kind {out.kind!r}")
-    if not 0 <= val_pct < 1 or block_size < 2 or max_samples == 0 or max_samples < -1:
-        raise BadInput(f"val_pct must be in [0, 1), block_size >= 2 and max_samples -1 or positive; got {val_pct}, "
-                       f"{block_size} and {max_samples}")
+    if block_size < 2:
+        raise BadInput(f"block_size must be >= 2, got {block_size}")
     if overlong not in OVERLONG:
         raise BadInput(f"data.overlong must be one of {', '.join(OVERLONG)}, got {overlong!r}")
     t0, counts, read = time.perf_counter(), _Counts(), 0
-    writing = _PairWriting(tokenizer, out, block_size, val_pct, seed, overlong, num_threads)
+    writing, max_samples = _PairWriting(tokenizer, out, block_size, overlong, reading), reading.max_samples
     try:
         out.set_tokenizer(tokenizer)
         records = iter(pairs)
@@ -234,15 +232,15 @@ def tokenize_pairs(pairs: Iterable[tuple[str, str, str]], tokenizer, out: Datase
                 break
             _write_batch(batch, read, writing, counts)
             read += len(batch)
-            counts.progress(on_progress)
+            counts.progress(reading)
         if counts.pairs == 0:
             raise BadInput(f"no preference pair to write: {read} records read, {counts.dropped} left out (a row "
                            f"over block_size {block_size} with data.overlong=drop, or a prompt filling the block)")
         summary = {"records": read, "pairs": counts.pairs, "train_rows": counts.rows["train"],
                    "val_rows": counts.rows["val"], "train_tokens": counts.tokens["train"],
                    "val_tokens": counts.tokens["val"], "truncated": counts.truncated, "dropped": counts.dropped,
-                   "overlong": overlong, "block_size": block_size, "val_pct": val_pct, "seed": seed,
-                   "max_samples": max_samples, "seconds": round(time.perf_counter() - t0, 3)}
+                   "overlong": overlong, "block_size": block_size, **reading.summary(),
+                   "seconds": round(time.perf_counter() - t0, 3)}
         out.update(summary=summary, pairs=True)
         meta = out.commit()
     except BaseException:
@@ -258,20 +256,17 @@ class _PairWriting:
     tokenizer: object
     out: DatasetWriter
     block_size: int
-    val_pct: float
-    seed: int
     overlong: str
-    num_threads: int
+    reading: Reading
 
 
 def _write_batch(batch: list, first: int, writing: _PairWriting, counts: _Counts) -> None:
     """Encode and append the pairs of ``batch`` (records ``first``, ``first + 1``...) to their splits."""
     tokenizer, out, block_size, overlong = writing.tokenizer, writing.out, writing.block_size, writing.overlong
-    val_pct, seed, num_threads = writing.val_pct, writing.seed, writing.num_threads
     n = len(batch)
-    encoded = tokenizer.encode_batch([r[i] for i in range(3) for r in batch], num_threads=num_threads)
+    encoded = tokenizer.encode_batch([r[i] for i in range(3) for r in batch], num_threads=writing.reading.num_threads)
     closes = [PairText(*r).close for r in batch]
-    is_val = uniform(seed, np.arange(first, first + n, dtype=np.uint64)) < val_pct
+    is_val = writing.reading.is_val(first, n)
     rows: dict[str, list] = {"train": [], "val": []}
     for i in range(n):
         pair = pair_rows(encoded[i], encoded[n + i], encoded[2 * n + i], tokenizer.eot, block_size, overlong,
@@ -314,7 +309,7 @@ class PairLoader(Loader):
     >>> from theseus.data.tokenizer import get_tokenizer
     >>> root = tempfile.mkdtemp()
     >>> _ = tokenize_pairs([(f"{i}+0=", f"{i}", "x") for i in range(5)], get_tokenizer(),
-    ...                    DatasetWriter(root, "p", "padded"), 8, val_pct=0)
+    ...                    DatasetWriter(root, "p", "padded"), 8, reading=Reading(val_pct=0))
     >>> loader = PairLoader(open_dataset(root, "p"), batch_size=4, block_size=8)
     >>> rows = loader.row_indices(3); rows.tolist() == [2 * (r // 2) + i // 2 for i, r in enumerate(rows)]
     True
@@ -441,11 +436,10 @@ class TokenizePreference(TokenizeJob):
         choice = self.config.data.preference.template
         return read_pairs(self.files, functools.cache(lambda: load_template(self.tokenizer, choice)))
 
-    def tokenize(self, out: DatasetWriter, **common) -> dict:
+    def tokenize(self, out: DatasetWriter, reading: Reading) -> dict:
         """Write the pairs into ``out`` (`tokenize_pairs`) and log what was truncated and left out."""
         data = self.config.data
-        summary = tokenize_pairs(self.source(), self.tokenizer, out, block_size=data.block_size,
-                                 overlong=data.overlong, **common)
+        summary = tokenize_pairs(self.source(), self.tokenizer, out, data.block_size, data.overlong, reading)
         self.log.info(f"DATA | {summary['pairs']} pairs of {summary['records']} records | {summary['truncated']} "
                       f"truncated | {summary['dropped']} left out (data.overlong={data.overlong})")
         return summary
