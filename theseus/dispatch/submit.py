@@ -39,7 +39,7 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from theseus.dispatch.bootstrap import BadInput, check_spec
 from theseus.dispatch.inventory import Inventory
@@ -182,12 +182,12 @@ def plan_text(spec: LaunchSpec, placement: Placement, tarball: bytes, home: str 
 
 
 def submit(spec: LaunchSpec, inventory: Inventory, request: Request, dry_run: bool = False, *,
-           repo: str | os.PathLike | None = None, allow_dirty: bool = False, timeout: float = 3600.0,
-           stream: IO[str] | None = sys.stderr, **launcher: Any) -> Submission:
+           repo: str | os.PathLike | None = None, allow_dirty: bool = False, **launcher: Any) -> Submission:
     """Place ``spec`` by ``request`` on a host of ``inventory`` and run it there (see the module docstring).
 
     ``repo`` is the git checkout to ship (default: the one theseus runs from);
-    ``launcher`` passes options to the host's launcher (``uv``, ``known_hosts``...).
+    ``launcher`` passes options to the host's launcher (``timeout``, ``stream``, ``uv``, ``known_hosts``...);
+    the plan's first line goes to its ``stream`` too (standard error unless given).
 
     >>> from theseus.dispatch.inventory import parse_inventory
     >>> inv = parse_inventory('''
@@ -219,10 +219,9 @@ def submit(spec: LaunchSpec, inventory: Inventory, request: Request, dry_run: bo
     plan = plan_text(spec, placement, tarball, home)
     if dry_run:
         return Submission(spec, placement, plan)
+    stream = launcher.setdefault("stream", sys.stderr)
     if stream is not None:
         stream.write(plan.split("\n", 3)[0] + "\n")
-    if host.type == "ssh":
-        launched = launch_ssh(spec, placement, tarball, timeout=timeout, stream=stream, **launcher)
-    else:
-        launched = launch_slurm(spec, placement, tarball, timeout=timeout, stream=stream, **launcher)
+    launch = launch_ssh if host.type == "ssh" else launch_slurm
+    launched = launch(spec, placement, tarball, **launcher)
     return Submission(spec, placement, plan, launched)
