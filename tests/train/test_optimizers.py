@@ -294,3 +294,16 @@ def test_the_rate_a_run_records_is_the_rate_it_trains_with(tmp_path):
         recorded = OmegaConf.create(store.record(first)[schema.CONFIG]).optimization.lr
         used = [store.record(n)["train/lr"] for n in store.find().nonce(first.nonce).has("train/lr").all()]
         assert recorded == (rate or Lion.Config().lr) and used == [pytest.approx(recorded)] * 4
+
+
+def test_muon_leaves_an_untied_output_layer_to_adam():
+    from theseus.model.decoder import Decoder
+    from theseus.model.decoder_config import DecoderConfig
+
+    cfg = DecoderConfig.for_family("llama", n_embd=32, n_head=4, n_layers=1, vocab_size=64, intermediate_size=48,
+                                   block_size=16)
+    params = Decoder(cfg).init(jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))["params"]
+    orthogonalised = paths(muon_dimension_numbers(params), lambda n: n is not None)
+    assert "lm_head/kernel" in paths(params, lambda p: p.ndim == 2) and "lm_head/kernel" not in orthogonalised
+    assert orthogonalised == [f"blocks_0/{name}/kernel" for name in (
+        "attn/k_proj", "attn/o_proj", "attn/q_proj", "attn/v_proj", "mlp/down_proj", "mlp/gate_proj", "mlp/up_proj")]

@@ -37,6 +37,8 @@ __all__ = ["SGD", "AdamW", "AdamWConfig", "Lion", "LionConfig", "Muon", "MuonCon
 
 #: Parameter names that are embeddings (flax ``nn.Embed`` calls its table ``embedding``).
 EMBEDDING_NAMES = frozenset({"embedding"})
+#: Modules that are an untied output layer (the decoder family's ``lm_head``).
+OUTPUT_LAYER_NAMES = frozenset({"lm_head"})
 
 
 def _leaf_name(path: tuple) -> str:
@@ -166,21 +168,31 @@ class Lion(Optimizer):
                           weight_decay=_check_decay(config.weight_decay), mask=decay_mask)
 
 
-def muon_dimension_numbers(params: Any) -> Any:
-    """Which leaves Muon orthogonalises: a ``MuonDimensionNumbers`` for every 2-D matrix that gets weight decay
-    (`decay_mask`: not an embedding), None for the rest (they take Muon's Adam path).
+def _in_output_layer(path: tuple) -> bool:
+    return any(str(getattr(key, "key", key)) in OUTPUT_LAYER_NAMES for key in path)
 
-    The tied token embedding ``wte/embedding`` is also the output layer: it is a lookup
-    table, not a linear map of the residual stream, so it is not orthogonalised.
+
+def muon_dimension_numbers(params: Any) -> Any:
+    """Which leaves Muon orthogonalises: a ``MuonDimensionNumbers`` for every 2-D hidden matrix that gets weight
+    decay (`decay_mask`: not an embedding), None for the rest (they take Muon's Adam path).
+
+    The token embedding and the output layer, tied (``wte/embedding``) or not (``lm_head``), are
+    not orthogonalised: they map tokens to and from the residual stream rather than within it,
+    where Muon's equal singular values are the point.
 
     >>> import jax.numpy as jnp
     >>> numbers = muon_dimension_numbers({"kernel": jnp.ones((2, 3)), "bias": jnp.ones(3),
-    ...                                   "wte": {"embedding": jnp.ones((4, 2))}})
-    >>> numbers["kernel"], numbers["bias"], numbers["wte"]["embedding"]
-    (MuonDimensionNumbers(reduction_axis=0, output_axis=1), None, None)
+    ...                                   "wte": {"embedding": jnp.ones((4, 2))},
+    ...                                   "lm_head": {"kernel": jnp.ones((2, 4))}})
+    >>> numbers["kernel"], numbers["bias"], numbers["wte"]["embedding"], numbers["lm_head"]["kernel"]
+    (MuonDimensionNumbers(reduction_axis=0, output_axis=1), None, None, None)
     """
     decayed = decay_mask(params)
-    return jax.tree.map(lambda p, d: MuonDimensionNumbers() if d and jnp.ndim(p) == 2 else None, params, decayed)
+
+    def numbers(path: tuple, p: Any, decays: bool) -> MuonDimensionNumbers | None:
+        return MuonDimensionNumbers() if decays and jnp.ndim(p) == 2 and not _in_output_layer(path) else None
+
+    return jax.tree_util.tree_map_with_path(numbers, params, decayed)
 
 
 @dataclasses.dataclass
