@@ -1,4 +1,4 @@
-"""The mirror tests need the optional `remote` group (tensorboardX, TensorBoard's reader, wandb, Comet): without it
+"""The mirror tests need the optional `remote` group (TensorBoard's writer and reader, wandb, Comet): without it
 they skip, naming the command that installs it, except under CI, where they fail (CI installs the group)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from tests.system_packages import skip_or_fail
 
-REMOTE_MODULES = ("tensorboardX", "tensorboard", "wandb", "comet_ml")
+REMOTE_MODULES = ("tensorboard", "wandb", "comet_ml")
 
 
 @pytest.fixture(scope="session")

@@ -112,7 +112,7 @@ class Backend:
 BACKENDS: dict[str, Backend] = {
     "comet": Backend("comet_ml", "comet-ml", "theseus.mirror.to_comet"),
     "wandb": Backend("wandb", "wandb", "theseus.mirror.to_wandb"),
-    "tensorboard": Backend("tensorboardX", "tensorboardX", "theseus.mirror.to_tensorboard"),
+    "tensorboard": Backend("tensorboard", "tensorboard", "theseus.mirror.to_tensorboard"),
 }
 
 
@@ -135,7 +135,7 @@ def require(name: str) -> Backend:
     """The backend ``name``, once its package imports; a missing package is an error naming the install command.
 
     >>> require("tensorboard").module
-    'tensorboardX'
+    'tensorboard'
     >>> import sys; saved = sys.modules.get("wandb"); sys.modules["wandb"] = None  # as if it were not installed
     >>> try:
     ...     require("wandb")
