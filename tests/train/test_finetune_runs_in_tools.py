@@ -29,8 +29,8 @@ def _fine_tune(root, key, name, settings):
 def runs(tmp_path_factory):
     """A root with a 2-step GPT base and, over it, a 3-step SFT run on padded chat rows, a 4-step LoRA run
     (checkpoints at 2 and 4) and a 3-step DPO run mirrored live to TensorBoard; ``(root, mirror folder, ends)``."""
-    if importlib.util.find_spec("tensorboardX") is None:
-        pytest.skip("tensorboardX not installed: the optional `remote` group")
+    if importlib.util.find_spec("tensorboard") is None:
+        pytest.skip("tensorboard not installed: the optional `remote` group")
     tmp = tmp_path_factory.mktemp("finetune")
     root, mirror = str(tmp / "root"), tmp / "mirror"
     base = pretrain(root, "base", 2, checkpoint_interval=2)
