@@ -3,8 +3,9 @@
 Marks are records like any other, written through the writer (``Writer.marks``) on the run's
 last node: nothing is changed or deleted, and the latest record of each key is the run's.
 ``_tags`` holds the run's whole tag set as a JSON list, so removing a tag is one more record
-of the set without it. Marking a run is a write: the run's last write moves to it (a run that
-had gone stale reads as running again for ``theseus.store.status.STALE_AFTER_S``).
+of the set without it. Marks say nothing of whether the run is alive: its last write, the clock
+of its status, leaves them out (``theseus.store.summary.run_written``), so tagging, annotating or
+hiding a stale run leaves it stale, and ``theseus ls``'s ``written`` stays the run's own last write.
 
 Two processes tagging one run at once take turns on a local root (an exclusive lock on the run's
 log folder while one reads the set and writes it with its tags), so neither loses the other's

@@ -9,6 +9,9 @@ process most likely died without recording why (killed, a lost machine). The tra
 every report and checkpoint, so a healthy run goes quiet that long only with reports rarer
 than that; ``theseus ui --stale-after`` sets another threshold. A run without any status
 record (a script's writer) is treated the same way: ``running`` while it writes, then ``stale``.
+The last write is that of the run's own records: a person's marks (``theseus tag``, ``note``,
+``hide``) leave it alone (``theseus.store.summary.run_written``), so marking a dead run never
+makes it read as running.
 Any other recorded status is shown as it is: the branch of an inspection session
 (``theseus.train.inspection``) is ``inspecting``, then ``inspected``, and ``theseus ls`` and the UI list
 such branches only when asked.

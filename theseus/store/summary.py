@@ -8,6 +8,10 @@ their block index gives the seqs and stamps, and each key's latest record in the
 (``theseus.store.latest``); only where a segment that can hold a summary key's latest record
 does not record it (segments written before that entry, merged ones, long strings) is that key's
 block read. Segments are immutable, so a summary is cached by the run's segment list.
+
+A run's last write (``written``, the clock of its status: ``theseus.store.status``) is that of
+its own records: a person's marks (``MARKS``) are left out, so tagging, annotating or hiding a
+run that has gone stale never makes it read as running (:func:`run_written`).
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ SUMMARY_KEYS = (schema.STATUS, schema.FINISHED, schema.JOB, *METRICS, *MARKS)
 
 
 class Summary(NamedTuple):
-    """One run: nodes, last seq, last write stamp, ``{key: (value, stamp, writer)}`` of its latest
-    summary records, and its ``{key: type}``."""
+    """One run: nodes, last seq, last write stamp (marks left out: :func:`run_written`),
+    ``{key: (value, stamp, writer)}`` of its latest summary records, and its ``{key: type}``."""
 
     nodes: int
     last_seq: int
@@ -269,7 +273,46 @@ def _from_footers(footers: list[Footer]) -> tuple[int, int, int, dict[str, str],
                 known[key] = later(known.get(key), (recorded[i].value, recorded[i].stamp, recorded[i].writer))
             elif i not in recorded and footers[i].stamps[1] >= floor:
                 needed.add(i)  # not recorded: its block is read
-    return nodes, last, max(f.stamps[1] for f in footers), keys, known, needed
+    return nodes, last, run_written(footers), keys, known, needed
+
+
+def run_written(footers: list[Footer]) -> int | None:
+    """A run's last write stamp by its segments' ``footers``, the records of a person's marks (``MARKS``)
+    left out: a segment holding only marks does not count, and one holding other keys counts the
+    newest of their latest records (its newest stamp where one of them has no latest entry: a long
+    string, an older writer's segment). A run of marks alone counts them. None when a footer has no
+    block index (the caller takes its fold's stamps, marks included).
+
+    >>> from theseus.store.latest import Latest
+    >>> from theseus.store.segments import Block
+    >>> block = Block(0, 1, 3, 3, 1, ("str",))
+    >>> loss = Footer({"train/loss": "float"}, {"train/loss": block}, (1, 2), None, latest={"train/loss": Latest(2, "w", 3, 0.5)})
+    >>> tags = Footer({"_tags": "str"}, {"_tags": block}, (9, 9), None, latest={"_tags": Latest(9, "w", 3, '["x"]')})
+    >>> merged = Footer({}, {"_tags": block, "train/loss": block}, (2, 9), None,
+    ...                 latest={"_tags": Latest(9, "w", 3, '["x"]'), "train/loss": Latest(2, "w", 3, 0.5)})
+    >>> run_written([loss, tags]), run_written([merged]), run_written([tags])
+    (2, 2, 9)
+    """  # noqa: E501 - a doctest's input, on one line
+    if not all(f.blocks is not None and f.stamps is not None for f in footers):
+        return None
+    found = [_own_written(f) for f in footers]
+    found = [stamp for stamp in found if stamp is not None]
+    if not found:  # marks alone (or no records): what it wrote is all there is
+        return max((f.stamps[1] for f in footers), default=0)
+    return max(found)
+
+
+def _own_written(footer: Footer) -> int | None:
+    """The newest stamp of a segment's records other than marks (None: it holds only marks)."""
+    if not any(k in footer.blocks for k in MARKS):  # the usual segment: its newest record is its own
+        return footer.stamps[1]
+    own = [k for k in footer.blocks if k not in MARKS]
+    if not own:
+        return None
+    latest = footer.latest or {}
+    if all(k in latest for k in own):
+        return max(latest[k].stamp for k in own)
+    return footer.stamps[1]
 
 
 def _newest(a: dict[str, tuple], b: dict[str, tuple]) -> dict[str, tuple]:
@@ -292,8 +335,10 @@ def _folded(index: Any, paths: list[str], footers: list[Footer]) -> Summary:
     wanted = tuple(k for k in SUMMARY_KEYS if k in keys)
     folded = fold_run(index.fs, list(zip(paths, footers)), {}, written=True, latest=wanted)
     seqs = folded.frame["seq"]
-    return Summary(len(seqs), int(seqs.max()) if len(seqs) else -1,
-                   int(folded.frame[WRITTEN].max() or 0) if len(seqs) else 0, folded.latest, keys)
+    written = run_written(footers)
+    if written is None:  # a segment without a block index: its fold's stamps, marks included
+        written = int(folded.frame[WRITTEN].max() or 0) if len(seqs) else 0
+    return Summary(len(seqs), int(seqs.max()) if len(seqs) else -1, written, folded.latest, keys)
 
 
 def _only(footer: Footer, keys: tuple[str, ...]) -> Footer:

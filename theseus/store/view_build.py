@@ -24,8 +24,8 @@ from theseus.store.latest import same_value
 from theseus.store.listing import record_listings
 from theseus.store.node import MAX_SEQ
 from theseus.store.scope import empty_nodes
-from theseus.store.segments import CorruptSegment, union_keys
-from theseus.store.summary import SUMMARY_KEYS
+from theseus.store.segments import CorruptSegment, Footer, union_keys
+from theseus.store.summary import SUMMARY_KEYS, run_written
 from theseus.store.view_file import (
     LATEST_KEYS,
     REJECTED,
@@ -179,7 +179,7 @@ def _fold_part(index: Index, run: tuple[str, str], paths: list[str], footers, ty
     folded = fold_run(index.fs, list(zip(paths, footers)), types, parent=True, written=True, latest=LATEST_KEYS)
     # a segment without a stamp range (no block index) makes the run never take segments on top
     return _Part(folded.frame, [p.rsplit("/", 1)[-1] for p in paths], run_stamp(footers),
-                 union_keys(f.keys for f in footers), folded.latest, run_counts(folded.frame))
+                 union_keys(f.keys for f in footers), folded.latest, run_counts(folded.frame, footers))
 
 
 def _copied_parts(index: Index, views: Views, copied: dict[tuple[str, str], int],
@@ -321,7 +321,7 @@ def _run_differences(view, frame: pl.DataFrame, run: tuple[str, str], number: in
     if not same_records(view.latest(number), {k: v for k, v in folded.latest.items() if k in RUN_KEYS}):
         differs.append("latest records")
     summary = view.summary(number)
-    if summary is not None and (tuple(summary[:3]) != run_counts(folded.frame) or not same_records(
+    if summary is not None and (tuple(summary[:3]) != run_counts(folded.frame, footers) or not same_records(
             summary.latest, {k: v for k, v in folded.latest.items() if k in SUMMARY_KEYS})):
         differs.append("run summary")
     return differs
@@ -339,14 +339,19 @@ def same_records(left: dict[str, tuple], right: dict[str, tuple]) -> bool:
         len(left[k]) == len(right[k]) and all(map(same_value, left[k], right[k])) for k in left)
 
 
-def run_counts(frame: pl.DataFrame) -> tuple[int, int, int]:
-    """``(nodes, last seq, last write stamp)`` of a run's fold (with ``_written``), as a view keeps them.
+def run_counts(frame: pl.DataFrame, footers: list[Footer]) -> tuple[int, int, int]:
+    """``(nodes, last seq, last write stamp)`` of a run's fold (with ``_written``) and its segments'
+    ``footers``, as a view keeps them: the last write leaves a person's marks out (``run_written``),
+    taken from the fold only where a footer has no block index.
 
-    >>> run_counts(pl.DataFrame({"seq": [0, 1, 4], WRITTEN: [5, 9, 7]}))
+    >>> run_counts(pl.DataFrame({"seq": [0, 1, 4], WRITTEN: [5, 9, 7]}), [Footer({}, None, None, None)])
     (3, 4, 9)
     """
     n = frame.height
-    return (n, int(frame["seq"][-1]) if n else -1, int(frame[WRITTEN].max() or 0) if n else 0)
+    written = run_written(footers)
+    if written is None:
+        written = int(frame[WRITTEN].max() or 0) if n else 0
+    return (n, int(frame["seq"][-1]) if n else -1, written)
 
 
 def run_stamp(footers) -> int:

@@ -11,9 +11,12 @@ of the log segments it covers, their highest write stamp, the run's key types
 and its latest ``_job`` and ``_finished`` records. A second entry
 (``theseus.view.summary``, version 4) holds each run's summary (node count, last
 seq and write, latest status and main metrics): only ``Store.runs()`` reads it, so
-a query does not parse it. Each entry carries its own SHA-256. Readers use the newest view for
-the runs whose segments are exactly the covered ones; a run with newer segments
-as well folds those on top (``Scope``), and any other run folds from the log.
+a query does not parse it. The last write is kept as ``run_written``, a person's marks left
+out (``theseus.store.summary.run_written``); a view made before kept ``written``, marks
+included, and its runs are summarised from the log instead. Each entry carries its own
+SHA-256. Readers use the newest view for the runs whose segments are exactly the covered
+ones; a run with newer segments as well folds those on top (``Scope``), and any other run folds
+from the log.
 
 The log stays the only source of truth: a view is written by ``compact()`` from
 the log alone, published atomically under a unique name (never rewritten), and
@@ -72,7 +75,9 @@ FEW_RUNS = 8  # up to this many runs are read by row group with the cached foote
 RUN_KEYS = (schema.JOB, schema.FINISHED, schema.TAGS)  # what run filters (job(), finished(), tag()) read
 LATEST_KEYS = tuple(dict.fromkeys([*RUN_KEYS, *SUMMARY_KEYS]))  # each run's latest records the view keeps
 SUMMARY_LATEST = tuple(k for k in SUMMARY_KEYS if k not in RUN_KEYS)  # kept in the summary entry
-SUMMARY = ("nodes", "last_seq", "written")  # per run in the summary entry (in the main record in version 3)
+SUMMARY = ("nodes", "last_seq", "run_written")  # per run in the summary entry (in the main record in version 3)
+# absent from a view made before them, never malformed: marks, and the last write with marks left out
+OPTIONAL_SUMMARY = (*MARKS, SUMMARY[2])
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,8 @@ class View:
         if not isinstance(summaries, dict):
             return None
         columns = {**{k: summaries[k] for k in SUMMARY_LATEST if k in summaries}, **self.latest_records}
-        if any(k not in columns and k not in MARKS for k in SUMMARY_KEYS):
+        # a view made before run_written kept a last write that counts marks: the log answers
+        if any(k not in columns and k not in MARKS for k in SUMMARY_KEYS) or SUMMARY[2] not in summaries:
             return None
         nodes, last, written = (summaries[k][number] for k in SUMMARY)
         # a view made before marks existed folded none: it holds no column of them
@@ -152,9 +158,10 @@ class View:
             if digest != hashlib.sha256(text).hexdigest().encode():
                 raise BadInput(f"they do not match their {VIEW_SUMMARY_DIGEST.decode()} (a changed byte)")
             raw = _loads(text)
-            # marks (a view made before them holds none) may be absent, never malformed
+            # marks and run_written (a view made before them holds none) may be absent, never malformed
             if not (isinstance(raw, dict) and all(isinstance(raw.get(k), list) and len(raw[k]) == len(self.names)
-                                                  for k in (*SUMMARY, *SUMMARY_LATEST) if k in raw or k not in MARKS)):
+                                                  for k in (*SUMMARY, *SUMMARY_LATEST)
+                                                  if k in raw or k not in OPTIONAL_SUMMARY)):
                 raise BadInput("they are malformed")
             return raw
         except ValueError as e:  # orjson's and json's decode errors are ValueErrors
@@ -276,7 +283,7 @@ def read_view(root: RootFolder, path: str) -> View:
             latest_records={k: runs[k] for k in RUN_KEYS if k in runs},
             summary_text=metadata.get(VIEW_SUMMARY) or (
                 {k: runs[k] for k in (*SUMMARY, *SUMMARY_LATEST) if k in runs}
-                if all(k in runs for k in (*SUMMARY, *SUMMARY_LATEST) if k not in MARKS) else None),
+                if all(k in runs for k in (*SUMMARY, *SUMMARY_LATEST) if k not in OPTIONAL_SUMMARY) else None),
             listing=listing,
             meta=meta,
             file=file,

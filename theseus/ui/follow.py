@@ -40,7 +40,7 @@ from theseus.store.listing import Listings, list_runs, retry_vanished, vanished
 from theseus.store.nonces import AmbiguousNonce, ambiguous
 from theseus.store.recency import latest_rows
 from theseus.store.segments import CorruptSegment
-from theseus.store.summary import SUMMARY_KEYS, Summary, UnreadableRun
+from theseus.store.summary import MARKS, SUMMARY_KEYS, Summary, UnreadableRun
 from theseus.ui.records import EMPTY, Records, latest_value, read_segments
 
 # the latest values a run's records answer at once (the table's columns, its config and failure)
@@ -98,7 +98,10 @@ def facts_of(folded: pl.DataFrame) -> Facts:
     keys = frozenset(folded["key"].unique().to_list())
     numbers = folded.filter(~pl.col("key").str.starts_with("_") & pl.any_horizontal(
         pl.col(c).is_not_null() for c in NUMERIC))
-    return Facts(int(folded["stamp"].max()), folded["seq"].n_unique(), int(folded["seq"].max()),
+    # the last write of the run's own records, as its store summary counts it: marks leave it alone
+    own = folded.filter(~pl.col("key").is_in(MARKS))["stamp"]
+    written = int(own.max()) if own.len() else int(folded["stamp"].max())
+    return Facts(written, folded["seq"].n_unique(), int(folded["seq"].max()),
                  {key: latest_value(folded, key) for key in FACT_KEYS & keys}, keys,
                  frozenset(numbers["key"].unique().to_list()))
 
