@@ -4,7 +4,7 @@ The quickstart model (n_embd 64, 2 layers, block 64, batch 8, vocab 100288) trai
 same steps twice in one process through the Trainer, reporting every step (the harshest
 case: the quickstart reports every 10). Each report goes to the store's writer as the
 training job does; with the mirror, it also goes to `theseus.mirror.Mirror` (a
-bounded queue, a worker thread writing tensorboardX event files), as
+bounded queue, a worker thread writing TensorBoard event files), as
 ``logging.remote_backend = "tensorboard"`` does. Rounds alternate and the best of each is
 kept; the mirror's event files are checked to hold every report.
 

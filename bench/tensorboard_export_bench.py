@@ -2,7 +2,8 @@
 against the tensorboardX writer it used before (tensorboardX imports torch).
 
 Each export is a fresh process over a small root (`cli_startup.write_root`: 3 runs x 20
-steps) into a new folder, run in turns:
+steps) into a new folder, run in turns, Python's bytecode cache on in a private folder an
+untimed round fills:
 
 - **before**: the TensorBoard sink module of ``--before`` (the last commit writing with
   tensorboardX, read with ``git show``) loaded in place of the current one, the backend
@@ -68,7 +69,8 @@ def main() -> None:
         theseus = [script] if os.path.exists(script) else [sys.executable, "-m", "theseus.cli"]
         todo = {"before (tensorboardX)": [sys.executable, "-c", OLD_EXPORT, old_module, root],
                 "after (tensorboard)": [*theseus, "export", "tensorboard", root]}
-        env = {**os.environ, "PYTHONPYCACHEPREFIX": os.path.join(work, "pycache")}
+        env = {**os.environ, "PYTHONPYCACHEPREFIX": os.path.join(work, "pycache")}  # filled by the untimed round
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # which it would not fill otherwise, compiling in every round
         times: dict[str, list[tuple[float, float]]] = {label: [] for label in todo}
         for r in range(-1, args.rounds):  # round -1, untimed, fills the bytecode cache
             for label, argv in todo.items():
