@@ -102,7 +102,7 @@ __all__ = ["EXIT_PREEMPTED", "JOB_MODULES", "Job", "NotRestorable", "Preempted",
 #: A module that does not exist yet is skipped; add yours here or import it before use.
 JOB_MODULES: list[str] = ["theseus.data.jobs", "theseus.data.preference", "theseus.train.jobs",
                           "theseus.train.dpo_jobs", "theseus.train.sft", "theseus.train.lora_jobs",
-                          "theseus.replay.evaluate", "theseus.hf.jobs",
+                          "theseus.train.lora_dpo_jobs", "theseus.replay.evaluate", "theseus.hf.jobs",
                           "theseus.hf.peft_jobs"]
 
 _LOADED: set[str] = set()

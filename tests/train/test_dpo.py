@@ -117,17 +117,22 @@ def base(tmp_path_factory):
     return root, last
 
 
-@pytest.fixture(scope="module")
-def straight(base):
+def run_pinned(root, key, name, settings, source):
+    """Run job ``key`` as ``name`` with ``settings``, whose ``training.init_from`` is ``source``'s nonce: the job
+    pins it to ``source``'s node id before it starts. The run's last node."""
     from theseus.quick import quick
 
-    root, last = base
     with quick(root) as q:
-        q.build("gpt/train/dpo", "dpo").config.merge_with(dpo_config(last.nonce, 30))
+        q.build(key, name).config.merge_with(settings)
         job = q.create()
-        assert job.config.training.init_from == last.id  # the nonce pinned to the node it named
-        end = job()
-    return root, end
+        assert job.config.training.init_from == source.id  # the nonce pinned to the node it named
+        return job()
+
+
+@pytest.fixture(scope="module")
+def straight(base):
+    root, last = base
+    return root, run_pinned(root, "gpt/train/dpo", "dpo", dpo_config(last.nonce, 30), last)
 
 
 @pytest.mark.slow
@@ -148,23 +153,29 @@ def test_a_dpo_run_starts_at_log_2_and_its_margin_grows(straight):
     assert store.record(end)["val/loss"] < math.log(2)  # the held-out pairs moved too
 
 
-@pytest.mark.slow
-def test_a_resumed_dpo_run_replays_the_same_steps_bit_for_bit(straight):
+def assert_resume_replays(root, end, at_step):
+    """Resume the DPO run of ``end`` (its last node) from its checkpoint at ``at_step``: the steps after it report
+    the same DPO metrics and gradient norms, bit for bit."""
     from theseus.quick import quick
     from theseus.store import Store
 
-    root, end = straight
     store = Store(root)
     keys = ["dpo/loss", "dpo/reward_margin", "dpo/accuracy", "train/grad_norm"]
     before = {r["train/step"]: r for r in store.find().nonce(end.nonce).has("dpo/loss")
               .select(keys=["train/step", *keys])}
     with quick(root) as q:
-        q.find().nonce(end.nonce).checkpoint().where("train/step", "==", 24).resume()
+        q.find().nonce(end.nonce).checkpoint().where("train/step", "==", at_step).resume()
         branch = q.build().create()()
     after = store.find().nonce(branch.nonce).has("dpo/loss").select(keys=["train/step", *keys])
-    assert [r["train/step"] for r in after] == list(range(25, 31))
+    assert [r["train/step"] for r in after] == list(range(at_step + 1, max(before) + 1))
     for r in after:
         assert all(r[k] == before[r["train/step"]][k] for k in keys), r["train/step"]
+
+
+@pytest.mark.slow
+def test_a_resumed_dpo_run_replays_the_same_steps_bit_for_bit(straight):
+    root, end = straight
+    assert_resume_replays(root, end, 24)
 
 
 @pytest.mark.slow
@@ -186,37 +197,48 @@ def test_verify_replays_a_dpo_node_bitwise_with_its_reference(straight):
     ({"dpo": {"beta": -1.0}}, "dpo.beta must be a positive number, got -1.0"),
 ])
 def test_what_a_dpo_run_cannot_do_is_refused_before_it_starts(base, change, message):
+    root, last = base
+    assert_refused(root, "gpt/train/dpo", dpo_config(last.id, 4), change, message)
+
+
+def assert_refused(root, key, cfg, change, message):
+    """A run of job ``key`` with ``cfg`` updated by ``change`` (sections of settings) is a BadInput matching
+    ``message`` before it starts: it leaves no record in ``root``."""
     from theseus.quick import quick
     from theseus.store import Store
 
-    root, last = base
-    cfg = dpo_config(last.id, 4)
     for section, values in change.items():
         cfg.setdefault(section, {}).update(values)
     with quick(root) as q:
-        q.build("gpt/train/dpo", "refused").config.merge_with(cfg)
+        q.build(key, "refused").config.merge_with(cfg)
         with pytest.raises(BadInput, match=message):
             q.create()
     assert Store(root).find().name("general.default.refused").all() == []
 
 
-@pytest.mark.slow
-def test_a_decoder_family_runs_dpo_too(base):
+def over_a_llama(root, key, name, settings):
+    """A 2-step ``llama/train/pretrain`` run in ``root``, then a run ``name`` of job ``key`` over its last node with
+    ``settings(node id)``: ``(that node, the run's last node, its dpo/loss and dpo/reward_margin rows)``."""
     from tests.train._helpers import config
     from theseus.quick import quick
     from theseus.store import Store
 
-    root, _ = base
     llama = {"n_embd": 32, "n_layers": 2, "n_head": 4, "n_kv_head": 2, "intermediate_size": 48, "block_size": 32,
              "vocab_size": 256, "dtype": {"activation": "float32"}}
     with quick(root) as q:
-        q.build("llama/train/pretrain", "llama-base").config.merge_with(
+        q.build("llama/train/pretrain", f"{name}-base").config.merge_with(
             config(architecture=llama, training={"tokens": 8 * 32 * 2}, logging={"checkpoint_interval": 2}))
         source = q()
     with quick(root) as q:
-        q.build("llama/train/dpo", "llama-dpo").config.merge_with(dpo_config(source.id, 3))
+        q.build(key, name).config.merge_with(settings(source.id))
         end = q()
     rows = Store(root).find().nonce(end.nonce).has("dpo/loss").select(keys=["dpo/loss", "dpo/reward_margin"])
+    return source, end, rows
+
+
+@pytest.mark.slow
+def test_a_decoder_family_runs_dpo_too(base):
+    _, _, rows = over_a_llama(base[0], "llama/train/dpo", "llama-dpo", lambda source: dpo_config(source, 3))
     assert abs(rows[0]["dpo/loss"] - math.log(2)) < 1e-6 and rows[-1]["dpo/reward_margin"] > 0
 
 

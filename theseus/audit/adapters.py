@@ -34,7 +34,7 @@ def _frozen_sources(run: RunAudit) -> dict[str, str]:
         config = checkpoint.config or {}
         for section, holds in FROZEN_FROM.items():
             if isinstance(config.get(section), dict):
-                out[str((config.get("training") or {}).get("init_from") or "")] = holds
+                out.setdefault(str((config.get("training") or {}).get("init_from") or ""), holds)  # LoRA's first
     return out
 
 

@@ -15,12 +15,15 @@ response, ``rc``, ``rr`` the reference's. `DPOObjective` is that loss as a step 
 (the share of pairs whose margin is positive).
 
 The reference is the ``frozen`` tree the trainer holds (`theseus.train.trainer.Trainer.freeze`): the
-parameters ``training.init_from`` starts the policy from. Its log-probabilities are computed in the
-same step, on the same micro-batch, rather than cached as an artifact of the data: a forward pass
-without backward costs about a third of a step, and in exchange nothing can go stale (a cache would
-be tied to one reference, one tokenization and one block size), the batch of step k stays a pure
-function of the data and k, and a resumed run recomputes exactly what the uninterrupted one did.
-At step 0 policy and reference are the same parameters, so every margin is 0 and the loss is log 2.
+parameters ``training.init_from`` starts the policy from. Over LoRA (`theseus.train.lora_dpo_jobs`) that tree is
+the base the adapters apply to: the policy is the base with its adapters, the reference the base alone (the
+objective's ``reference`` forward), so the reference costs no second copy of the weights. Its log-probabilities
+are computed in the same step, on the same micro-batch, rather than cached as an artifact of the data: a forward
+pass without backward costs about a third of a step, and in exchange nothing can go stale (a cache would be tied
+to one reference, one tokenization and one block size), the batch of step k stays a pure function of the data
+and k, and a resumed run recomputes exactly what the uninterrupted one did. At step 0 policy and reference are
+the same model (the same parameters, or fresh adapters, which add zero), so every margin is 0 and the loss is
+log 2.
 
 >>> import jax.numpy as jnp
 >>> loss, margin, correct = dpo_terms(jnp.array([-3.0]), jnp.array([-5.0]), jnp.array([-3.0]), jnp.array([-5.0]),
@@ -104,7 +107,10 @@ def dpo_terms(policy_chosen: jax.Array, policy_rejected: jax.Array, reference_ch
 class DPOObjective:
     """The DPO loss as a step objective (`theseus.train.objective.Objective`): ``count`` is the pairs of a
     batch, ``__call__`` returns the sum of the pair losses and the sums of `METRICS`; ``frozen`` is the
-    reference's parameters, run through the same ``forward`` without dropout and without gradient.
+    reference's parameters, run without dropout and without gradient. ``reference`` None: they run through the
+    policy's ``forward`` (a copy of the policy's starting parameters). ``reference`` a forward: the policy is
+    ``forward(params, frozen)`` (adapters over a frozen base) and the reference ``reference(frozen)`` (the base
+    alone, `theseus.train.objective.model_forward` of the base model).
 
     >>> import jax, jax.numpy as jnp
     >>> from theseus.model import GPT, GPTConfig
@@ -117,10 +123,15 @@ class DPOObjective:
     >>> loss_sum, sums = objective(forward, params, params, batch, None)
     >>> float(objective.count(batch)), round(float(loss_sum / 2), 6), float(sums["dpo/accuracy"])
     (2.0, 0.693147, 0.0)
+    >>> adapted = DPOObjective(beta=0.1, reference=forward)  # the policy reads the frozen tree too
+    >>> round(float(adapted(lambda p, frozen, batch, **_: forward(frozen, None, batch), params, params, batch,
+    ...                     None)[0] / 2), 6)
+    0.693147
     """
 
     beta: float = 0.1
     metrics: tuple[str, ...] = METRICS
+    reference: Forward | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not self.beta > 0:
@@ -135,9 +146,10 @@ class DPOObjective:
         """The sum over the pairs of ``batch`` of the DPO loss of ``params`` against the reference ``frozen``."""
         if frozen is None:
             raise BadInput("DPO needs the reference's parameters as the frozen tree (training.init_from)")
-        y, mask = batch["y"], batch["padding_mask"]
-        policy = sequence_logprobs(forward(params, None, batch, deterministic=rng is None, rng=rng), y, mask)
-        reference_logits = forward(jax.lax.stop_gradient(frozen), None, batch, deterministic=True, rng=None)
+        y, mask, frozen = batch["y"], batch["padding_mask"], jax.lax.stop_gradient(frozen)
+        over = None if self.reference is None else frozen  # adapters read the base; a full policy its own params
+        policy = sequence_logprobs(forward(params, over, batch, deterministic=rng is None, rng=rng), y, mask)
+        reference_logits = (self.reference or forward)(frozen, None, batch, deterministic=True, rng=None)
         reference = jax.lax.stop_gradient(sequence_logprobs(reference_logits, y, mask))
         loss, margin, correct = dpo_terms(*split_pairs(policy), *split_pairs(reference), beta=float(self.beta))
         total = jnp.sum(loss)

@@ -37,7 +37,7 @@ from theseus.train.dpo import DPOConfig, DPOObjective
 from theseus.train.evaluations import ValidationLoss
 from theseus.train.jobs import Pretrain, family_jobs
 
-__all__ = ["DpoGemma", "DpoGpt", "DpoGptNeox", "DpoLlama", "DpoMistral", "DpoQwen2", "DpoQwen3",
+__all__ = ["DpoGemma", "DpoGpt", "DpoGptNeox", "DpoLlama", "DpoMistral", "DpoQwen2", "DpoQwen3", "dpo_recipe",
            "reference_params"]
 
 
@@ -124,15 +124,26 @@ def _check_init_from(self: Pretrain) -> None:
     self.config.training.init_from = node.id
 
 
+def dpo_recipe(parent: type[Pretrain]) -> dict[str, Any]:
+    """The recipe half of the DPO transform of the job class ``parent``, for a class body over it: its
+    ``Config`` with a ``dpo`` section, the evaluations, and the ``check``, ``loader``, ``objective`` and ``build``
+    hooks (the DPO objective on whole pairs, DPO's refusals). How its reference is held is the job's own.
+
+    >>> sorted(dpo_recipe(Pretrain)), list(dpo_recipe(Pretrain)["Config"]().dpo.__dict__)
+    (['Config', 'EVALUATION', 'build', 'check', 'loader', 'objective'], ['beta'])
+    """
+    return {"EVALUATION": _Dpo.EVALUATION, "Config": _with_dpo(parent.Config), "check": _Dpo.check,
+            "loader": _Dpo.loader, "objective": _Dpo.objective, "build": _Dpo.build}
+
+
 def _dpo_body(pretrain: type[Pretrain], family: str) -> dict[str, Any]:
     """The class body of the DPO job over the pretraining job ``pretrain`` of ``family`` (`family_jobs`).
 
     >>> DpoGpt.key, [e.name for e in DpoGpt.EVALUATION]
     ('gpt/train/dpo', ['val-loss'])
     """
-    return {"EVALUATION": _Dpo.EVALUATION, "Config": _with_dpo(pretrain.Config), "check": _Dpo.check,
-            "loader": _Dpo.loader, "objective": _Dpo.objective, "build": _Dpo.build, "setup": _setup,
-            "check_init_from": _check_init_from, "restore_frozen": staticmethod(reference_params),
+    return {**dpo_recipe(pretrain), "setup": _setup, "check_init_from": _check_init_from,
+            "restore_frozen": staticmethod(reference_params),
             "__doc__": f"DPO of a ``{family}`` checkpoint (module doc)."}
 
 

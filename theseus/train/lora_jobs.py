@@ -139,15 +139,20 @@ def _continued(self: Pretrain, source: Node, folder: str) -> tuple[Node, str] | 
     return source, folder
 
 
-def _setup(self: Pretrain) -> None:
-    """The pretraining job's setup, ``training.init_from`` first resolved to the exact node id (a nonce's last
-    checkpoint moves on as that run goes on; the adapters apply to one node); a LoRA checkpoint there continues its
-    adapters over its base (`_continued`)."""
+def _pin_base(self: Pretrain) -> None:
+    """A new run's ``training.init_from`` resolved to the exact node id (a nonce's last checkpoint moves on as that
+    run goes on; the adapters apply to one node); a LoRA checkpoint there continues its adapters over its base
+    (`_continued`: ``self._continues``, None for a model)."""
     self._continues = None
     if self.base is None:
         source, folder = base_of(self.store, self.config)
         self.config.training.init_from = source.id
         self._continues = _continued(self, source, folder)
+
+
+def _setup(self: Pretrain) -> None:
+    """The pretraining job's setup, its base pinned first (`_pin_base`)."""
+    self._pin_base()
     Pretrain.setup(self)
 
 
@@ -183,7 +188,8 @@ def _lora_body(pretrain: type[Pretrain], family: str) -> dict[str, Any]:
     """
     return {"MODEL": lora_part(pretrain.MODEL), "Config": _with_lora(pretrain.Config),
             "check": _Lora.check, "model": _Lora.model, "forward": _Lora.forward, "setup": _setup,
-            "_place_state": _place, "_sidecars": _sidecars, "restore_frozen": staticmethod(restore_frozen),
+            "_pin_base": _pin_base, "_place_state": _place, "_sidecars": _sidecars,
+            "restore_frozen": staticmethod(restore_frozen),
             "__doc__": f"LoRA over a frozen ``{family}`` base (module doc)."}
 
 
