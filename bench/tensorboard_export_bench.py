@@ -12,7 +12,7 @@ untimed round fills:
 
 Both must exit 0 and write one event file per run. Medians of the rounds, wall time and CPU
 time (user + system), and the ratio before / after (above 1: the export answers sooner now).
-The 'before' export needs tensorboardX installed (``uv pip install tensorboardX``).
+The 'before' export needs tensorboardX, in the ``bench`` group (``uv sync --group bench --group remote``).
 
     uv run --group remote python bench/tensorboard_export_bench.py [--rounds 5]
 """
@@ -59,7 +59,8 @@ def main() -> None:
     parser.add_argument("--before", default=BEFORE, help="the commit whose sink module the 'before' export runs")
     args = parser.parse_args()
     if importlib.util.find_spec("tensorboardX") is None:  # no longer in the `remote` group: the 'before' needs it
-        sys.exit("the 'before' export needs tensorboardX: uv pip install tensorboardX, then run this again")
+        sys.exit("the 'before' export needs tensorboardX (the bench group): uv sync --group bench --group remote, "
+                 "then run this again")
 
     work = tempfile.mkdtemp(prefix="theseus-tb-bench-")
     try:
