@@ -52,7 +52,10 @@ def theseus(*args: str, timeout: float = 400, env: dict | None = None) -> subpro
 
 
 def records(root: str) -> pl.DataFrame:
-    return pl.read_parquet(f"{root}/log/**/*.parquet", hive_partitioning=True)
+    """The raw log, read without theseus; the partitions as strings (a nonce such as 945e12 or 012345 would
+    otherwise be inferred as a number)."""
+    return pl.read_parquet(f"{root}/log/**/*.parquet", hive_partitioning=True,
+                           hive_schema={"name": pl.String, "nonce": pl.String})
 
 
 def losses(store: Store, nonce: str) -> dict[int, float]:

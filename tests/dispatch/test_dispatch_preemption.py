@@ -20,7 +20,7 @@ import polars as pl
 import pytest
 
 from tests.dispatch.conftest import make_spec, synthetic_root
-from tests.dispatch.test_dispatch_local import TINY, make_root
+from tests.dispatch.test_dispatch_local import TINY, make_root, records
 from tests.dispatch.test_dispatch_slurm import local_slurm, train_tiny
 from theseus.dispatch.bootstrap import EXIT_FAILED, ProcessInfo, run_worker
 from theseus.dispatch.slurm import launch_slurm
@@ -32,8 +32,7 @@ LONG = 1500  # steps: long enough that the signal finds the run mid-way on a loa
 
 def _steps_written(root: str, nonce: str) -> list[int]:
     """The seq of every train/loss record of the lineage ``nonce``, as the log holds them (repeats included)."""
-    frame = pl.read_parquet(f"{root}/log/**/*.parquet", hive_partitioning=True)
-    frame = frame.filter((pl.col("nonce").cast(pl.String) == nonce) & (pl.col("key") == "train/loss"))
+    frame = records(root).filter((pl.col("nonce") == nonce) & (pl.col("key") == "train/loss"))
     return sorted(frame["seq"].to_list())
 
 
