@@ -116,6 +116,21 @@ def test_wrong_writer_kind(tmp_path, tok):
         tokenize_contiguous(docs(3), tok, DatasetWriter(tmp_path, "x", "padded"))
     with pytest.raises(ValueError, match="needs a 'padded' DatasetWriter"):
         tokenize_padded([("a", "b")], tok, DatasetWriter(tmp_path, "y", "contiguous"), block_size=8)
+    assert os.listdir(tmp_path / "data") == []  # the writers' staging folders are gone
+
+
+def test_bad_settings_leave_no_staging_folder(tmp_path, tok):
+    from theseus.data.preference import tokenize_pairs
+
+    calls = {"max_tokens must be -1": lambda w: tokenize_contiguous(docs(3), tok, w("contiguous"), max_tokens=0),
+             "batch_docs must be >= 1": lambda w: tokenize_contiguous(docs(3), tok, w("contiguous"), batch_docs=0),
+             "block_size must be >= 2": lambda w: tokenize_padded([("a", "b")], tok, w("padded"), block_size=1),
+             "need a 'padded' DatasetWriter": lambda w: tokenize_pairs([("a", "b", "c")], tok, w("contiguous"), 8),
+             "data.overlong must be one of": lambda w: tokenize_pairs([("a", "b", "c")], tok, w("padded"), 8, "x")}
+    for i, (message, call) in enumerate(calls.items()):
+        with pytest.raises(BadInput, match=message):
+            call(lambda kind: DatasetWriter(tmp_path, f"d{i}", kind))
+    assert os.listdir(tmp_path / "data") == []
 
 
 def test_padded_rows_and_masks(tmp_path, tok):

@@ -214,22 +214,17 @@ def tokenize_pairs(pairs: Iterable[tuple[str, str, str]], tokenizer, out: Datase
     >>> s["pairs"], s["dropped"], s["train_rows"]
     (3, 1, 6)
     """
-    if out.kind != "padded":
-        raise BadInput(f"preference pairs need a 'padded' DatasetWriter, got kind {out.kind!r}")
-    if block_size < 2:
-        raise BadInput(f"block_size must be >= 2, got {block_size}")
-    if overlong not in OVERLONG:
-        raise BadInput(f"data.overlong must be one of {', '.join(OVERLONG)}, got {overlong!r}")
     t0, counts, read = time.perf_counter(), _Counts(), 0
-    writing, max_samples = _PairWriting(tokenizer, out, block_size, overlong, reading), reading.max_samples
-    try:
+    with out:  # an error, bad input included, drops the writer's staging folder
+        if out.kind != "padded":
+            raise BadInput(f"preference pairs need a 'padded' DatasetWriter, got kind {out.kind!r}")
+        if block_size < 2:
+            raise BadInput(f"block_size must be >= 2, got {block_size}")
+        if overlong not in OVERLONG:
+            raise BadInput(f"data.overlong must be one of {', '.join(OVERLONG)}, got {overlong!r}")
+        writing = _PairWriting(tokenizer, out, block_size, overlong, reading)
         out.set_tokenizer(tokenizer)
-        records = iter(pairs)
-        while max_samples < 0 or read < max_samples:
-            take = PROGRESS_EVERY if max_samples < 0 else min(PROGRESS_EVERY, max_samples - read)
-            batch = [r for _, r in zip(range(take), records)]
-            if not batch:
-                break
+        for batch in reading.batches(pairs, PROGRESS_EVERY):
             _write_batch(batch, read, writing, counts)
             read += len(batch)
             counts.progress(reading)
@@ -243,9 +238,6 @@ def tokenize_pairs(pairs: Iterable[tuple[str, str, str]], tokenizer, out: Datase
                    "seconds": round(time.perf_counter() - t0, 3)}
         out.update(summary=summary, pairs=True)
         meta = out.commit()
-    except BaseException:
-        out.abort()
-        raise
     return {**summary, "samples": read, "content_hash": meta["content_hash"], "dataset": out.dataset}
 
 

@@ -211,12 +211,12 @@ def tokenize_contiguous(docs: Iterable[str], tokenizer, out: DatasetWriter, read
     >>> s["samples"], s["train_tokens"] + s["val_tokens"]
     (10, 30)
     """
-    _check_writer(out, "contiguous")
-    _check_limit("max_tokens", max_tokens)
-    if batch_docs < 1:
-        raise BadInput(f"batch_docs must be >= 1, got {batch_docs}")
     t0 = time.perf_counter()
-    with out:  # an error drops everything written
+    with out:  # an error, bad input included, drops the writer's staging folder
+        _check_writer(out, "contiguous")
+        _check_limit("max_tokens", max_tokens)
+        if batch_docs < 1:
+            raise BadInput(f"batch_docs must be >= 1, got {batch_docs}")
         out.set_tokenizer(tokenizer)
         streams = _Streams(out, tokenizer.eot, reading, max_tokens)
         batches = reading.batches(docs, batch_docs)
@@ -269,16 +269,16 @@ def tokenize_padded(pairs: Iterable[tuple[str, str]], tokenizer, out: DatasetWri
     >>> tokenize_padded([("1+1=", "2")] * 4, get_tokenizer(), out, block_size=8, reading=Reading(val_pct=0))["samples"]
     4
     """
-    _check_writer(out, "padded")
-    if block_size < 2:
-        raise BadInput(f"block_size must be >= 2, got {block_size}")
     t0, samples, truncated = time.perf_counter(), 0, 0
     counts, tokens_of = {"train": 0, "val": 0}, {"train": 0, "val": 0}
 
     def encode(batch):
         return tokenizer.encode_batch([p for p, _ in batch] + [r for _, r in batch], num_threads=reading.num_threads)
 
-    with out:  # an error drops everything written
+    with out:  # an error, bad input included, drops the writer's staging folder
+        _check_writer(out, "padded")
+        if block_size < 2:
+            raise BadInput(f"block_size must be >= 2, got {block_size}")
         out.set_tokenizer(tokenizer)
         for batch, encoded in _pipelined(reading.batches(pairs, batch_pairs), encode):
             n = len(batch)
@@ -369,7 +369,7 @@ def tokenize_chat(records: Iterable[tuple[str, list]], tokenizer, template: Chat
     >>> s["samples"], s["train_rows"], s["real_token_share"]  # 32 tokens a conversation: 4 fill a row
     (8, 2, 1.0)
     """
-    with out:  # an error drops everything written
+    with out:  # an error, bad input included, drops the writer's staging folder
         _check_writer(out, "padded")
         if block_size < 2 or overlong not in OVERLONG:
             raise BadInput(f"block_size must be >= 2 and data.overlong one of {', '.join(OVERLONG)}, got "
