@@ -58,3 +58,13 @@ def tiny_folder(path: str, family: str, dtype: str = "float32", **overrides):
     train_tokenizer(path)
     assert os.path.isfile(os.path.join(path, "tokenizer.json"))
     return model
+
+
+def imported_tiny(tmp, family: str = "llama"):
+    """A tiny ``family`` model saved in ``tmp/base`` and imported (float32) as run ``base`` of the root ``tmp/root``:
+    ``(the transformers model, the root, the imported node)``."""
+    from theseus.hf.importer import import_hf
+
+    hf_model = tiny_folder(os.path.join(tmp, "base"), family)
+    root = os.path.join(tmp, "root")
+    return hf_model, root, import_hf(os.path.join(tmp, "base"), root, name="base", dtype="float32")

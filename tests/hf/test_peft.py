@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.hf._folders import tiny_folder
+from tests.hf._folders import imported_tiny, tiny_folder
 
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
@@ -140,13 +140,10 @@ def test_a_pickled_adapter_is_never_read(tmp_path):
 def lora_run(tmp_path_factory):
     """An imported tiny llama, and a 2-step ``llama/train/lora`` run over it: (root, folder, model, base, last)."""
     from tests.train._helpers import write_dataset
-    from theseus.hf.importer import import_hf
     from theseus.quick import quick
 
     tmp = tmp_path_factory.mktemp("lora-export")
-    hf_model = tiny_folder(tmp / "base", "llama")
-    root = str(tmp / "root")
-    base = import_hf(str(tmp / "base"), root, name="base", dtype="float32")
+    hf_model, root, base = imported_tiny(tmp)
     write_dataset(root, vocab=300)
     with quick(root) as q:
         q.build("llama/train/lora", "adapt").config.merge_with({

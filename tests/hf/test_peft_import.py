@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.hf._folders import tiny_folder
+from tests.hf._folders import imported_tiny, tiny_folder
 
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
@@ -41,12 +41,8 @@ def _cli(*arguments):
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
     """(root, tmp, peft model, base node, imported adapter node): a tiny llama imported, a peft adapter over it."""
-    from theseus.hf.importer import import_hf
-
     tmp = tmp_path_factory.mktemp("peft-import")
-    hf_model = tiny_folder(tmp / "base", "llama")
-    root = str(tmp / "root")
-    base = import_hf(str(tmp / "base"), root, name="base", dtype="float32")
+    hf_model, root, base = imported_tiny(tmp)
     adapted = _adapter(hf_model, tmp / "adapter")
     result = _cli("import", "peft", tmp / "adapter", root, "--base", base.nonce)
     assert result.exit_code == 0, result.output
