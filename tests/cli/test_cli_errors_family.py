@@ -9,7 +9,7 @@ from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
 from theseus.cli.app import app
-from theseus.errors import EXIT_BUG
+from theseus.errors import EXIT_BUG, BadInput, NotFound, TheseusError
 from theseus.store import Node, Store
 from theseus.ui.api import Api, routes_app
 
@@ -33,6 +33,7 @@ def _one_run(root) -> Node:
     (["show", "{root}", "abcdef"], "theseus.store.Store.run_record"),  # a reported() command
     (["logs", "{root}", "abcdef"], "theseus.cli.dispatch.find_logs"),  # a command with its own catch
     (["parts", "optimizer"], "theseus.catalog.parts"),  # one that catches its bad input itself
+    (["ls", "{root}"], "theseus.cli.store.Store"),  # the store the command opens
 ])
 def test_an_internal_key_error_is_a_bug_with_its_traceback(tmp_path, monkeypatch, command, target):
     monkeypatch.setattr(target, _broken)
@@ -102,3 +103,26 @@ def test_tags_rewritten_by_others_are_a_failure_of_the_outside_world(tmp_path, m
     result = invoke("tag", str(tmp_path), node.nonce, "best")
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output
     assert result.output.startswith(f"error: Contended: run {node.nonce}: other processes kept rewriting its tags")
+
+
+def test_the_kinds_keep_the_builtin_bases_callers_catch():
+    from theseus.store.cursor import EmptyResult, UnknownKey
+    from theseus.store.segments import CorruptSegment
+
+    assert issubclass(EmptyResult, NotFound) and issubclass(EmptyResult, LookupError)
+    assert issubclass(UnknownKey, BadInput) and issubclass(UnknownKey, ValueError)
+    assert issubclass(CorruptSegment, TheseusError) and issubclass(CorruptSegment, ValueError)
+
+
+def test_a_refused_flush_is_a_failure_of_the_outside_world(tmp_path, monkeypatch):
+    """An error of the family that is no kind of bad input (a flush the disk refused) is neither exit 2
+    nor a bug: one line and exit 1."""
+    from theseus.store.writer import FlushError
+
+    def refused(*args, **kwargs):
+        raise FlushError("no space left on the device")
+
+    monkeypatch.setattr("theseus.cli.store.Store", refused)
+    result = invoke("ls", str(tmp_path))
+    assert result.exit_code == 1, result.output
+    assert "FlushError: no space left" in result.output and "Traceback" not in result.output
