@@ -10,6 +10,12 @@ each in its own subprocess (``--repeats`` times, interleaved, medians reported):
 2. export: ``theseus.hf.exporter.export_hf(root, nonce, out, "bf16")`` against ``model.save_pretrained(out)``
    (the model loaded untimed first).
 
+Neither transformers call leaves anything durable: ``from_pretrained`` writes nothing, and ``save_pretrained``
+returns with its file in the page cache. An import returns with a synced, hashed copy of the weights in the root
+and an export with a synced folder, so each is also measured against the transformers calls that leave the same
+bytes on the disk: ``from_pretrained`` then ``save_pretrained`` and an fsync of the folder's files, and
+``save_pretrained`` then that fsync.
+
 Time is the operation's, after the process's imports (torch, JAX and TensorStore), and CPU its CPU seconds (every
 thread's, user and system); wall is the whole subprocess. Peak RSS is the subprocess's maximum resident set
 (``/usr/bin/time``). Goals: import <= 1x transformers' time with peak RSS <=
@@ -65,10 +71,31 @@ t0, c0 = time.perf_counter(), cpu()
 model.save_pretrained(WORK + "/out")
 seconds, cpu_seconds = time.perf_counter() - t0, cpu() - c0
 """,
+    # the same outcomes made durable before returning, as theseus's are: an import leaves a synced copy of the
+    # weights in the root, an export a synced folder
+    "transformers from_pretrained + synced save": """
+import torch, transformers
+t0, c0 = time.perf_counter(), cpu()
+model = transformers.AutoModelForCausalLM.from_pretrained(FOLDER, dtype=torch.bfloat16)
+model.save_pretrained(WORK + "/out")
+synced(WORK + "/out")
+seconds, cpu_seconds = time.perf_counter() - t0, cpu() - c0
+""",
+    "transformers save_pretrained, synced": """
+import torch, transformers
+model = transformers.AutoModelForCausalLM.from_pretrained(FOLDER, dtype=torch.bfloat16)
+t0, c0 = time.perf_counter(), cpu()
+model.save_pretrained(WORK + "/out")
+synced(WORK + "/out")
+seconds, cpu_seconds = time.perf_counter() - t0, cpu() - c0
+""",
 }
 # cpu(): the process's CPU seconds, every thread's (TensorStore's and torch's included)
 PRELUDE = ("import json, os, time\nFOLDER, WORK = {folder!r}, {work!r}\n"
-           "def cpu():\n    t = os.times()\n    return t.user + t.system\n")
+           "def cpu():\n    t = os.times()\n    return t.user + t.system\n"
+           "def synced(folder):\n    for name in [*os.listdir(folder), '.']:\n"
+           "        fd = os.open(os.path.join(folder, name), os.O_RDONLY)\n"
+           "        os.fsync(fd)\n        os.close(fd)\n")
 EPILOGUE = "\nprint(json.dumps({{'seconds': seconds, 'cpu': cpu_seconds}}))\n"
 
 
@@ -140,7 +167,9 @@ def main() -> None:
         print(f"{name:30s} {r['seconds']:7.2f} s  (CPU {r['cpu']:6.2f} s, wall {r['wall']:6.2f} s)  peak RSS "
               f"{r['rss'] / 2**30:5.2f} GiB ({r['rss'] / size:.2f}x the file)")
     for ours, theirs in (("theseus import", "transformers from_pretrained"),
-                         ("theseus export", "transformers save_pretrained")):
+                         ("theseus import", "transformers from_pretrained + synced save"),
+                         ("theseus export", "transformers save_pretrained"),
+                         ("theseus export", "transformers save_pretrained, synced")):
         a, b = rows[ours], rows[theirs]
         print(f"{ours} / {theirs}: time {a['seconds'] / b['seconds']:.2f}x, CPU {a['cpu'] / b['cpu']:.2f}x, "
               f"wall {a['wall'] / b['wall']:.2f}x, peak RSS {a['rss'] / b['rss']:.2f}x")
