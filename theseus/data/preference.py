@@ -46,7 +46,7 @@ from theseus.data.chat import ChatTemplate, assistant_spans, check_messages, loa
 from theseus.data.jobs import PaddedData, TokenizeJob, TokenizerConfig
 from theseus.data.loader import EpochOrders, Loader, check_step
 from theseus.data.store import Dataset, DatasetWriter
-from theseus.data.tokenize import OVERLONG, PROGRESS_EVERY, Reading
+from theseus.data.tokenize import OVERLONG, PROGRESS_EVERY, Reading, check_block_size
 from theseus.errors import BadInput
 from theseus.jobs import job
 
@@ -218,8 +218,7 @@ def tokenize_pairs(pairs: Iterable[tuple[str, str, str]], tokenizer, out: Datase
     with out:  # an error, bad input included, drops the writer's staging folder
         if out.kind != "padded":
             raise BadInput(f"preference pairs need a 'padded' DatasetWriter, got kind {out.kind!r}")
-        if block_size < 2:
-            raise BadInput(f"block_size must be >= 2, got {block_size}")
+        check_block_size(block_size)
         if overlong not in OVERLONG:
             raise BadInput(f"data.overlong must be one of {', '.join(OVERLONG)}, got {overlong!r}")
         writing = _PairWriting(tokenizer, out, block_size, overlong, reading)

@@ -87,6 +87,19 @@ def _check_limit(name: str, value: int) -> None:
         raise BadInput(f"{name} must be -1 (no limit) or positive, got {value}")
 
 
+def check_block_size(block_size: int) -> None:
+    """Refuse a row length that holds no next-token pair (a padded or paired row needs at least two tokens).
+
+    >>> check_block_size(2)
+    >>> check_block_size(1)
+    Traceback (most recent call last):
+    ...
+    theseus.errors.BadInput: block_size must be >= 2, got 1
+    """
+    if block_size < 2:
+        raise BadInput(f"block_size must be >= 2, got {block_size}")
+
+
 def _check_writer(out: DatasetWriter, kind: str) -> None:
     if out.kind != kind:
         raise BadInput(f"tokenize_{kind} needs a {kind!r} DatasetWriter, got kind {out.kind!r}")
@@ -277,8 +290,7 @@ def tokenize_padded(pairs: Iterable[tuple[str, str]], tokenizer, out: DatasetWri
 
     with out:  # an error, bad input included, drops the writer's staging folder
         _check_writer(out, "padded")
-        if block_size < 2:
-            raise BadInput(f"block_size must be >= 2, got {block_size}")
+        check_block_size(block_size)
         out.set_tokenizer(tokenizer)
         for batch, encoded in _pipelined(reading.batches(pairs, batch_pairs), encode):
             n = len(batch)
